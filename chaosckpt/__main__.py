@@ -1,0 +1,3 @@
+from chaosckpt.conductor.cli import main
+
+main()

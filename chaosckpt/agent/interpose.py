@@ -1,0 +1,192 @@
+"""The agent's patches on torch: optimizer hooks, backward, save, load and state restores.
+
+Installed once, right after ``torch`` finishes importing. Each patch hands what it
+sees to the ``Recorder`` and otherwise behaves exactly like what it replaces.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import random
+from typing import Any, Optional
+
+import torch
+from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+from chaosckpt.agent import faults
+from chaosckpt.agent.recorder import Recorder
+
+
+class CountingWriter:
+    """A file object for ``torch.save`` that counts writes and bytes and fires an armed fault."""
+
+    def __init__(self, raw: Any, recorder: Recorder, save: int, path: Optional[str]) -> None:
+        self._raw = raw
+        self._recorder = recorder
+        self._save = save
+        self._path = path
+        fault = recorder.fault
+        self._fault = fault if fault is not None and fault.save == save else None
+        self.writes = 0
+        self.bytes = 0
+
+    def write(self, data: Any) -> int:
+        view = data if isinstance(data, memoryview) else memoryview(data)
+        if view.format != "B" or view.ndim != 1:
+            view = view.cast("B")
+        size = view.nbytes
+        if self._fault is not None:
+            cut = self._fault.cut(self.writes, self.bytes, size)
+            if cut is not None:
+                self._fire(view[:cut])
+        self._raw.write(view)
+        self.writes += 1
+        self.bytes += size
+        return size
+
+    def _fire(self, head: memoryview) -> None:
+        if head.nbytes:
+            self._raw.write(head)
+        self._raw.flush()
+        faults.halt(
+            self._recorder.writer,
+            fault=self._fault.kind,
+            save=self._save,
+            write=self.writes + 1,
+            bytes=self.bytes + head.nbytes,
+            path=None if self._path is None else os.path.abspath(self._path),
+        )
+
+    def flush(self) -> None:
+        self._raw.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._raw, name)
+
+
+def _is_path(f: Any) -> bool:
+    return isinstance(f, (str, os.PathLike))
+
+
+def _patch(owner: Any, name: str, make: Any) -> None:
+    original = getattr(owner, name)
+    replacement = functools.wraps(original)(make(original))
+    replacement.__chaosckpt_original__ = original
+    setattr(owner, name, replacement)
+
+
+def install(rec: Recorder) -> None:
+    """Patch torch (and ``random.setstate``) to feed ``rec``."""
+    register_optimizer_step_pre_hook(lambda opt, args, kwargs: rec.on_step(opt))
+
+    def make_optimizer_init(original):
+        def __init__(self, *args, **kwargs):
+            original(self, *args, **kwargs)
+            rec.optimizer_created(self)
+        return __init__
+
+    _patch(torch.optim.Optimizer, "__init__", make_optimizer_init)
+
+    in_backward = [False]
+
+    def make_backward(original):
+        def backward(tensor, *args, **kwargs):
+            if in_backward[0]:
+                return original(tensor, *args, **kwargs)
+            in_backward[0] = True
+            try:
+                if isinstance(tensor, torch.Tensor):
+                    rec.on_backward(tensor)
+                return original(tensor, *args, **kwargs)
+            finally:
+                in_backward[0] = False
+        return backward
+
+    _patch(torch.Tensor, "backward", make_backward)
+    _patch(torch.autograd, "backward", make_backward)
+
+    def make_scale(original):
+        def scale(self, outputs):
+            result = original(self, outputs)
+            if isinstance(outputs, torch.Tensor) and result is not outputs:
+                rec.on_scaled(result, outputs)
+            return result
+        return scale
+
+    def make_update(original):
+        def update(self, *args, **kwargs):
+            rec.on_scaler_update()
+            return original(self, *args, **kwargs)
+        return update
+
+    _patch(torch.amp.GradScaler, "scale", make_scale)
+    _patch(torch.amp.GradScaler, "update", make_update)
+
+    def make_save(original):
+        def save(obj, f, *args, **kwargs):
+            if not rec.enabled:
+                return original(obj, f, *args, **kwargs)
+            path = os.fspath(f) if _is_path(f) else None
+            if path is not None and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+                return original(obj, f, *args, **kwargs)  # let torch raise its own error
+            index = rec.save_begin(path, "path" if path is not None else "fileobj")
+            writer = None
+            error: Optional[BaseException] = None
+            try:
+                if path is not None:
+                    with open(path, "wb") as raw:
+                        writer = CountingWriter(raw, rec, index, path)
+                        original(obj, writer, *args, **kwargs)
+                else:
+                    writer = CountingWriter(f, rec, index, None)
+                    original(obj, writer, *args, **kwargs)
+            except BaseException as exc:
+                error = exc
+                raise
+            finally:
+                rec.save_end(index, writer.bytes if writer else 0, writer.writes if writer else 0, error)
+        return save
+
+    def make_load(original):
+        def load(f, *args, **kwargs):
+            if not rec.enabled:
+                return original(f, *args, **kwargs)
+            path = os.fspath(f) if _is_path(f) else None
+            try:
+                result = original(f, *args, **kwargs)
+            except BaseException as exc:
+                rec.loaded(path, None, exc)
+                raise
+            rec.loaded(path, result, None)
+            return result
+        return load
+
+    for module in (torch.serialization, torch):
+        _patch(module, "save", make_save)
+        _patch(module, "load", make_load)
+
+    def make_restore(what):
+        def make(original):
+            def restore(self, *args, **kwargs):
+                result = original(self, *args, **kwargs)
+                rec.restored(what, self)
+                return result
+            return restore
+        return make
+
+    _patch(torch.nn.Module, "load_state_dict", make_restore("module"))
+    _patch(torch.optim.Optimizer, "load_state_dict", make_restore("optimizer"))
+
+    def make_rng_restore(what):
+        def make(original):
+            def set_state(state):
+                result = original(state)
+                rec.restored(what, state)
+                return result
+            return set_state
+        return make
+
+    for module in (torch, torch.random):
+        _patch(module, "set_rng_state", make_rng_restore("torch-rng"))
+    _patch(random, "setstate", make_rng_restore("python-rng"))

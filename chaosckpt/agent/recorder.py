@@ -1,0 +1,169 @@
+"""What the agent records about the training loop: steps, losses, parameter digests, random streams, saves, loads."""
+
+from __future__ import annotations
+
+import os
+import sys
+import weakref
+from typing import Dict, List, Optional
+
+import torch
+
+from chaosckpt.agent import fingerprint
+from chaosckpt.agent.channel import EventWriter
+from chaosckpt.agent.faults import ArmedFault
+
+
+def _one_line(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
+class Recorder:
+    """The per-process recording state, fed by the hooks that ``interpose`` installs."""
+
+    def __init__(self, writer: EventWriter, rank: Optional[int], fault: Optional[ArmedFault]) -> None:
+        self.writer = writer
+        self.rank = rank
+        self.fault = fault if fault is not None and fault.applies_to(rank) else None
+        self.enabled = True
+        self.step = 0
+        self.saves = 0
+        self._optimizers: List[weakref.ref] = []
+        self._primary: Optional[weakref.ref] = None
+        self._pending_losses: List[torch.Tensor] = []
+        self._scaled: Dict[int, torch.Tensor] = {}
+        self._need_digest = True
+
+    def emit(self, kind: str, **fields: object) -> None:
+        if self.enabled:
+            self.writer.emit(kind, **fields)
+
+    def disable(self) -> None:
+        """Stop recording for good (a forked child such as a DataLoader worker)."""
+        self.enabled = False
+
+    def optimizer_created(self, optimizer: torch.optim.Optimizer) -> None:
+        self._optimizers.append(weakref.ref(optimizer))
+
+    def params(self) -> List[torch.Tensor]:
+        """Parameters of every live optimizer, in creation order, each once."""
+        seen = set()
+        out = []
+        for ref in self._optimizers:
+            opt = ref()
+            if opt is None:
+                continue
+            for group in opt.param_groups:
+                for p in group["params"]:
+                    if id(p) not in seen:
+                        seen.add(id(p))
+                        out.append(p)
+        return out
+
+    def on_backward(self, tensor: torch.Tensor) -> None:
+        """Keep the loss a backward started from; converted to a float once per step."""
+        if not self.enabled or tensor.numel() != 1:
+            return
+        unscaled = self._scaled.pop(id(tensor), None)
+        self._pending_losses.append(unscaled if unscaled is not None else tensor.detach())
+
+    def on_scaled(self, scaled: torch.Tensor, loss: torch.Tensor) -> None:
+        """GradScaler.scale produced ``scaled`` from ``loss``: record the unscaled value at backward."""
+        self._scaled[id(scaled)] = loss.detach()
+
+    def _take_losses(self) -> List[float]:
+        losses = [float(x) for x in self._pending_losses]
+        self._pending_losses.clear()
+        self._scaled.clear()
+        return losses
+
+    def on_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Optimizer pre-step hook: one ``step`` event per step of the primary optimizer."""
+        if not self.enabled:
+            return
+        if self._primary is None:
+            self._primary = weakref.ref(optimizer)
+        elif self._primary() is not optimizer:
+            return
+        self.step += 1
+        params = self.params()
+        pfp, psum = fingerprint.sample_fingerprint(params)
+        fields = {
+            "step": self.step,
+            "opt": self._index_of(optimizer),
+            "loss": self._take_losses(),
+            "pfp": pfp,
+            "psum": psum,
+            "rng": fingerprint.rng_fingerprints(),
+        }
+        if self._need_digest:
+            fields["digest"] = fingerprint.exact_digest(params)
+            self._need_digest = False
+        self.emit("step", **fields)
+
+    def on_scaler_update(self) -> None:
+        """A GradScaler step that found inf/NaN skipped the optimizer: record its loss all the same."""
+        if self.enabled and self._pending_losses:
+            self.emit("step", step=self.step, opt=0, loss=self._take_losses(), skipped=True)
+
+    def _index_of(self, optimizer: torch.optim.Optimizer) -> int:
+        for index, ref in enumerate(self._optimizers):
+            if ref() is optimizer:
+                return index
+        return -1
+
+    def save_begin(self, path: Optional[str], via: str) -> int:
+        self.saves += 1
+        self.emit(
+            "save-begin",
+            save=self.saves,
+            step=self.step,
+            path=None if path is None else os.path.abspath(path),
+            via=via,
+            digest=fingerprint.exact_digest(self.params()),
+        )
+        return self.saves
+
+    def save_end(self, save: int, nbytes: int, writes: int, error: Optional[BaseException]) -> None:
+        self.emit(
+            "save-end",
+            save=save,
+            ok=error is None,
+            bytes=nbytes,
+            writes=writes,
+            error=None if error is None else _one_line(error),
+        )
+
+    def loaded(self, path: Optional[str], result: object, error: Optional[BaseException]) -> None:
+        keys = [str(k) for k in list(result)[:50]] if isinstance(result, dict) else None
+        self.emit(
+            "load",
+            path=None if path is None else os.path.abspath(path),
+            ok=error is None,
+            error=None if error is None else _one_line(error),
+            keys=keys,
+        )
+        self._need_digest = True
+
+    def restored(self, what: str, obj: object) -> None:
+        self.emit("restore", what=what, name=type(obj).__name__)
+        self._need_digest = True
+
+    def hello(self) -> None:
+        argv = list(getattr(sys, "orig_argv", sys.argv))
+        self.emit(
+            "hello",
+            rank=self.rank,
+            local_rank=_env_int("LOCAL_RANK"),
+            world_size=_env_int("WORLD_SIZE"),
+            argv=argv[:20],
+            python=sys.version.split()[0],
+            torch=torch.__version__,
+            fault=None if self.fault is None else self.fault.__dict__,
+        )
+
+
+def _env_int(name: str) -> Optional[int]:
+    value = os.environ.get(name)
+    return int(value) if value is not None and value.isdigit() else None

@@ -1,0 +1,101 @@
+"""Start-up of the agent in a job process: decide whether to record, then hook torch's import.
+
+Called from the generated ``sitecustomize``. Costs a few environment look-ups in
+processes that are not to be recorded, and about a millisecond in those that are:
+torch is patched only when the job imports it.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import json
+import os
+import sys
+from typing import Optional
+
+from chaosckpt import protocol
+
+_started = False
+
+
+def _argv() -> list:
+    return list(getattr(sys, "orig_argv", sys.argv))
+
+
+def role() -> str:
+    """What this process is: ``training`` (record it), or why it is left alone."""
+    if protocol.ENV_RUN_DIR not in os.environ:
+        return "off"
+    argv = _argv()
+    if "--multiprocessing-fork" in argv:
+        return "mp-child"
+    if len(argv) > 2 and argv[1] == "-c" and "multiprocessing" in argv[2]:
+        return "mp-helper"
+    for i, arg in enumerate(argv[1:], 1):
+        if arg == "-m" and i + 1 < len(argv) and argv[i + 1] in ("torch.distributed.run", "torch.distributed.launch"):
+            return "launcher"
+        if not arg.startswith("-"):
+            if os.path.basename(arg) in ("torchrun", "torchrun.py"):
+                return "launcher"
+            break
+    return "training"
+
+
+class _TorchHook(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds ``torch`` through the other finders and runs ``on_loaded`` right after it executes."""
+
+    def __init__(self, on_loaded) -> None:
+        self._on_loaded = on_loaded
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "torch":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return None
+        self._loader = spec.loader
+        spec.loader = self
+        return spec
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        self._loader.exec_module(module)
+        try:
+            self._on_loaded()
+        except Exception as exc:  # the job must run even if the agent cannot; the conductor sees no events
+            sys.stderr.write(f"chaosckpt agent failed to hook torch: {type(exc).__name__}: {exc}\n")
+
+
+def _rank() -> Optional[int]:
+    value = os.environ.get("RANK")
+    return int(value) if value is not None and value.isdigit() else None
+
+
+def _install() -> None:
+    from chaosckpt.agent import faults, interpose
+    from chaosckpt.agent.channel import EventWriter
+    from chaosckpt.agent.recorder import Recorder
+
+    spec = os.environ.get(protocol.ENV_FAULT)
+    fault = faults.ArmedFault.from_json(json.loads(spec)) if spec else None
+    rank = _rank()
+    rec = Recorder(EventWriter(os.environ[protocol.ENV_RUN_DIR], rank), rank, fault)
+    interpose.install(rec)
+    os.register_at_fork(after_in_child=rec.disable)
+    rec.hello()
+
+
+def start() -> None:
+    """Idempotent entry point: hook torch's import in training processes, nothing elsewhere."""
+    global _started
+    if _started or role() != "training":
+        return
+    _started = True
+    if "torch" in sys.modules:
+        _install()
+    else:
+        sys.meta_path.insert(0, _TorchHook(_install))

@@ -1,0 +1,182 @@
+"""Starting a job's process tree with the agent injected, watching it, and killing all of it.
+
+Every run gets a marker in its environment; after a SIGKILL of the tree the
+conductor also looks for processes carrying the marker, because torchrun puts
+each rank in a session of its own, and reports any that survived.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import psutil
+
+from chaosckpt import protocol
+
+POLL_S = 0.01
+BOOT_DIR = Path(__file__).resolve().parent.parent / "agent" / "boot"
+PR_SET_CHILD_SUBREAPER = 36
+
+
+@dataclass
+class RunSpec:
+    """One process tree to start."""
+
+    name: str
+    argv: List[str]
+    cwd: Path
+    log_dir: Path
+    timeout_s: float
+    fault: Optional[Dict] = None
+    env: Dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class RunResult:
+    spec: RunSpec
+    returncode: Optional[int]
+    duration_s: float
+    timed_out: bool
+    fault_fired: bool
+    survivors: List[int]
+
+    @property
+    def events_dir(self) -> Path:
+        return self.spec.log_dir / "events"
+
+    @property
+    def stdout(self) -> Path:
+        return self.spec.log_dir / "stdout.log"
+
+    @property
+    def stderr(self) -> Path:
+        return self.spec.log_dir / "stderr.log"
+
+
+def _become_subreaper() -> None:
+    """Keep orphaned grandchildren under this process, so a killed tree cannot hide from us."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+
+
+def job_env(spec: RunSpec, events_dir: Path, mark: str) -> Dict[str, str]:
+    env = dict(os.environ)
+    env.update(spec.env)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(BOOT_DIR), env.get("PYTHONPATH", "")) if p)
+    env[protocol.ENV_RUN_DIR] = str(events_dir)
+    env[protocol.ENV_MARK] = mark
+    env.pop(protocol.ENV_FAULT, None)
+    if spec.fault is not None:
+        env[protocol.ENV_FAULT] = json.dumps(spec.fault)
+    return env
+
+
+def _marked(mark: str) -> List[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get(protocol.ENV_MARK) == mark:
+                found.append(proc)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def kill_tree(root: psutil.Process, mark: str) -> List[int]:
+    """SIGKILL ``root``, its descendants and every process carrying ``mark``; return the pids still alive."""
+    procs: Dict[int, psutil.Process] = {}
+    for _ in range(2):  # suspend, then rescan for children spawned meanwhile
+        try:
+            found = [root] + root.children(recursive=True)
+        except psutil.NoSuchProcess:
+            found = []
+        for proc in found + _marked(mark):
+            if proc.pid not in procs:
+                procs[proc.pid] = proc
+                try:
+                    proc.suspend()
+                except psutil.Error:
+                    pass
+    for proc in procs.values():
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline:
+        alive = [p for p in procs.values() if _alive(p)] + [p for p in _marked(mark) if _alive(p) and p.pid not in procs]
+        for proc in alive:
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+        if not alive:
+            break
+        time.sleep(POLL_S)
+    _reap(procs, exclude=root.pid)
+    return sorted(p.pid for p in procs.values() if _alive(p)) + sorted(
+        p.pid for p in _marked(mark) if _alive(p) and p.pid not in procs
+    )
+
+
+def _reap(procs: Dict[int, psutil.Process], exclude: int) -> None:
+    """Collect the exit status of killed orphans that were re-parented to us."""
+    for pid in procs:
+        if pid == exclude:
+            continue
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+
+
+def launch(spec: RunSpec) -> RunResult:
+    """Run ``spec`` to completion, a fired fault, or its timeout; the tree is always gone afterwards."""
+    _become_subreaper()
+    spec.log_dir.mkdir(parents=True, exist_ok=True)
+    events_dir = spec.log_dir / "events"
+    events_dir.mkdir(exist_ok=True)
+    mark = uuid.uuid4().hex
+    env = job_env(spec, events_dir, mark)
+    started = time.monotonic()
+    with open(spec.log_dir / "stdout.log", "wb") as out, open(spec.log_dir / "stderr.log", "wb") as err:
+        proc = subprocess.Popen(
+            spec.argv, cwd=spec.cwd, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True
+        )
+    root = psutil.Process(proc.pid)
+    timed_out = fault_fired = False
+    survivors: List[int] = []
+    try:
+        while proc.poll() is None:
+            if protocol.fault_flags(events_dir):
+                fault_fired = True
+                break
+            if time.monotonic() - started > spec.timeout_s:
+                timed_out = True
+                break
+            time.sleep(POLL_S)
+    finally:
+        survivors = kill_tree(root, mark)
+        proc.wait()
+    if not fault_fired and protocol.fault_flags(events_dir):
+        fault_fired = True
+    return RunResult(spec, proc.returncode, time.monotonic() - started, timed_out, fault_fired, survivors)

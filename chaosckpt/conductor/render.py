@@ -1,0 +1,70 @@
+"""How a trial reads to a person: one headline with its evidence, then findings and where the logs are."""
+
+from __future__ import annotations
+
+import os
+from typing import List
+
+from chaosckpt.conductor.result import Trial
+
+REASONS = {
+    "fault-not-triggered": "the fault never fired",
+    "reference-failed": "the uninterrupted run failed",
+    "timeout": "a run did not finish in time",
+    "agent-not-loaded": "no chaosckpt agent reported from the job",
+    "no-steps-recorded": "the job took no optimizer step chaosckpt could see",
+    "baseline-nondeterministic": "the job is not deterministic, so its trajectory cannot be judged",
+    "resume-took-no-steps": "the resumed job trained no further",
+    "survivors": "processes of the job survived SIGKILL",
+}
+
+
+def describe_error(error: str, loading: bool) -> str:
+    """A resume error in the words a user needs: any failure to load a checkpoint makes it 'unreadable'."""
+    if not loading:
+        return error
+    lowered = error.lower()
+    marker = "failed finding central directory"
+    if marker in lowered:
+        return f"unreadable: {marker}"
+    return f"unreadable: {error}"
+
+
+def headline(trial: Trial) -> str:
+    """The one line that says what happened, with its evidence."""
+    name = trial.scenario
+    if trial.status == "inconclusive":
+        return f"INCONCLUSIVE {name}: {REASONS.get(trial.reason, trial.reason)}: {trial.detail}"
+    lg = trial.last_good_step
+    last_good = f"the last good checkpoint was step {lg}" if lg is not None else "no checkpoint had completed"
+    verdict = "PASSED" if trial.passed else "FAILED"
+    outcome = trial.outcome
+    if outcome == "crashed":
+        where = f" loading {trial.error_path}" if trial.error_path else ""
+        return f"{verdict} {name}: resume crashed{where} ({describe_error(trial.error or 'no error recorded', trial.error_path is not None)}); {last_good}"
+    if outcome == "scratch":
+        return f"{verdict} {name}: the resumed job restarted from scratch; {last_good} ({trial.lost_steps} steps of work lost)"
+    if outcome == "older":
+        return (f"{verdict} {name}: resumed from step {trial.recovered_step}, older than the last good checkpoint "
+                f"(step {lg}): {trial.lost_steps} steps of work lost")
+    if outcome == "unknown-state":
+        return (f"{verdict} {name}: the resumed job started from a state no run recorded "
+                f"(neither a saved checkpoint nor the initial model); {last_good}")
+    start = f"resumed from the last good checkpoint (step {trial.recovered_step})"
+    how = "bitwise" if trial.tolerance == 0 else f"within relative tolerance {trial.tolerance:g}"
+    if trial.reproduced:
+        return f"{verdict} {name}: {start} and reproduced all {trial.compared_steps} following steps {how}"
+    diff = f", largest loss difference {trial.max_loss_diff:.3g}" if trial.max_loss_diff is not None else ""
+    cause = next((f.message for f in trial.findings if f.kind != "in-place-save"), "")
+    return (f"{verdict} {name}: {start} but diverged from the uninterrupted run at step "
+            f"{trial.first_divergent_step}{diff}" + (f": {cause}" if cause else ""))
+
+
+def text(trial: Trial) -> List[str]:
+    """Headline, findings and where to look, as lines for the terminal."""
+    lines = [trial.headline]
+    for finding in trial.findings:
+        lines.append(f"  - {finding.kind}: {finding.message}")
+    if trial.results_dir:
+        lines.append(f"  results and logs: {os.path.relpath(trial.results_dir)}")
+    return lines

@@ -1,0 +1,116 @@
+"""What one run's event files say, organised per process: steps, saves, loads, the fault."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from chaosckpt import protocol
+
+Event = Dict[str, Any]
+
+
+@dataclass
+class Save:
+    """One checkpoint save as the agent saw it."""
+
+    index: int
+    step: int
+    path: Optional[str]
+    digest: str
+    ts: float
+    ok: Optional[bool] = None  # None: the save never returned (the process died inside it)
+    bytes: int = 0
+    writes: int = 0
+    error: Optional[str] = None
+
+
+@dataclass
+class ProcessLog:
+    """The events of one process of the job."""
+
+    pid: int
+    rank: Optional[int] = None
+    hello: Optional[Event] = None
+    steps: List[Event] = field(default_factory=list)
+    saves: List[Save] = field(default_factory=list)
+    loads: List[Event] = field(default_factory=list)
+    restores: List[Event] = field(default_factory=list)
+    fault: Optional[Event] = None
+
+    def first_digest(self) -> Optional[str]:
+        return self.steps[0].get("digest") if self.steps else None
+
+    def completed_saves(self, before: Optional[float] = None) -> List[Save]:
+        return [s for s in self.saves if s.ok and (before is None or s.ts <= before)]
+
+
+def _process(events: List[Event]) -> ProcessLog:
+    log = ProcessLog(pid=events[0]["pid"])
+    by_index: Dict[int, Save] = {}
+    for e in events:
+        kind = e["t"]
+        if kind == "hello":
+            log.hello = e
+            log.rank = e.get("rank")
+        elif kind == "step" and not e.get("skipped"):
+            log.steps.append(e)
+        elif kind == "save-begin":
+            save = Save(index=e["save"], step=e["step"], path=e.get("path"), digest=e["digest"], ts=e["ts"])
+            by_index[save.index] = save
+            log.saves.append(save)
+        elif kind == "save-end" and e["save"] in by_index:
+            save = by_index[e["save"]]
+            save.ok, save.bytes, save.writes, save.error = e["ok"], e["bytes"], e["writes"], e.get("error")
+        elif kind == "load":
+            log.loads.append(e)
+        elif kind == "restore":
+            log.restores.append(e)
+        elif kind == "fault":
+            log.fault = e
+    return log
+
+
+@dataclass
+class RunLog:
+    """All processes of one run that had the agent live in them."""
+
+    processes: List[ProcessLog]
+
+    @classmethod
+    def read(cls, run_dir: Path) -> "RunLog":
+        logs = []
+        for path in protocol.event_files(run_dir):
+            events = protocol.read_event_file(path)
+            if events:
+                logs.append(_process(events))
+        return cls(logs)
+
+    @property
+    def agent_loaded(self) -> bool:
+        return bool(self.processes)
+
+    def trainer(self) -> Optional[ProcessLog]:
+        """The process that trained: rank 0 (or the only rank) among those that took steps."""
+        training = [p for p in self.processes if p.steps]
+        if not training:
+            return None
+        return min(training, key=lambda p: (p.rank or 0, p.steps[0]["ts"]))
+
+    def saver(self) -> Optional[ProcessLog]:
+        """The process whose saves count: the trainer, else any process that saved."""
+        trainer = self.trainer()
+        if trainer is not None and trainer.saves:
+            return trainer
+        saving = [p for p in self.processes if p.saves]
+        return saving[0] if saving else trainer
+
+    def fault(self) -> Optional[Event]:
+        for p in self.processes:
+            if p.fault is not None:
+                return p.fault
+        return None
+
+    def failed_loads(self) -> List[Event]:
+        return [e for p in self.processes for e in p.loads if not e["ok"]]

@@ -1,0 +1,166 @@
+"""Scenarios are data: TOML files naming a fault, where it fires and what counts as passing.
+
+Built-in scenarios live in the repository's ``scenarios/`` folder (installed as
+``chaosckpt.scenarios``); ``--scenario`` also takes the path of a TOML file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Dict, List, Tuple, get_args
+
+from chaosckpt.conductor.errors import UsageError
+from chaosckpt.conductor.result import Outcome
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
+
+FAULTS = ("kill",)
+
+
+@dataclass(frozen=True)
+class Trigger:
+    """Where the fault fires: save number ``save``, at ``fraction`` of its bytes or before write ``write``."""
+
+    save: int = 2
+    fraction: float = 0.5
+    write: int | None = None
+
+    def check(self, where: str) -> None:
+        if not isinstance(self.save, int) or isinstance(self.save, bool) or self.save < 1:
+            raise UsageError(f"{where}: trigger.save must be a whole number >= 1, got {self.save!r}")
+        if not isinstance(self.fraction, (int, float)) or isinstance(self.fraction, bool) or not 0 <= self.fraction < 1:
+            raise UsageError(f"{where}: trigger.fraction must be a number in [0, 1), got {self.fraction!r}")
+        if self.write is not None and (not isinstance(self.write, int) or isinstance(self.write, bool) or self.write < 1):
+            raise UsageError(f"{where}: trigger.write must be a whole number >= 1, got {self.write!r}")
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """What passes: the recovery outcomes accepted, and whether the trajectory must be reproduced."""
+
+    recovered: Tuple[str, ...] = ("last-good",)
+    reproduced: bool = True
+
+    def check(self, where: str) -> None:
+        known = get_args(Outcome)
+        bad = [o for o in self.recovered if o not in known]
+        if bad or not self.recovered:
+            raise UsageError(f"{where}: expect.recovered must list outcomes from {', '.join(known)}; got {list(self.recovered)!r}")
+        if not isinstance(self.reproduced, bool):
+            raise UsageError(f"{where}: expect.reproduced must be true or false, got {self.reproduced!r}")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    summary: str
+    fault: str
+    trigger: Trigger
+    expect: Expectation
+    source: str
+
+    def params(self) -> Dict[str, Any]:
+        return {"trigger": dataclasses.asdict(self.trigger), "expect": dataclasses.asdict(self.expect)}
+
+
+def builtin_dir() -> Path:
+    return Path(str(resources.files("chaosckpt.scenarios")))
+
+
+def builtin_names() -> List[str]:
+    return sorted(p.stem for p in builtin_dir().glob("*.toml"))
+
+
+def _table(data: Dict[str, Any], key: str, where: str) -> Dict[str, Any]:
+    value = data.get(key, {})
+    if not isinstance(value, dict):
+        raise UsageError(f"{where}: [{key}] must be a table")
+    return value
+
+
+def _build(cls, values: Dict[str, Any], section: str, where: str):
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(values) - set(names))
+    if unknown:
+        raise UsageError(f"{where}: unknown key '{section}.{unknown[0]}' (known: {', '.join(names)})")
+    if "recovered" in values:
+        if not isinstance(values["recovered"], list):
+            raise UsageError(f"{where}: expect.recovered must be a list of outcomes")
+        values = {**values, "recovered": tuple(values["recovered"])}
+    obj = cls(**values)
+    obj.check(where)
+    return obj
+
+
+def parse(text: str, where: str, overrides: Dict[str, Any] | None = None) -> Scenario:
+    """A scenario from TOML text; ``overrides`` maps ``trigger.save``-style keys to values."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{where}: not valid TOML: {exc}") from None
+    known = {"name", "summary", "fault", "trigger", "expect"}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise UsageError(f"{where}: unknown key '{unknown[0]}' (known: {', '.join(sorted(known))})")
+    for key in ("name", "fault"):
+        if not isinstance(data.get(key), str) or not data[key]:
+            raise UsageError(f"{where}: '{key}' must be a non-empty string")
+    if data["fault"] not in FAULTS:
+        raise UsageError(f"{where}: unknown fault '{data['fault']}' (known: {', '.join(FAULTS)})")
+    trigger = dict(_table(data, "trigger", where))
+    expect = dict(_table(data, "expect", where))
+    for key, value in (overrides or {}).items():
+        section, _, name = key.rpartition(".")
+        section = section or "trigger"
+        if section not in ("trigger", "expect"):
+            raise UsageError(f"--param {key}: only trigger.* and expect.* keys can be set")
+        target = trigger if section == "trigger" else expect
+        if section == "trigger" and name == "fraction":
+            target.pop("write", None)  # an explicit fraction replaces the file's write index
+        target[name] = value
+    return Scenario(
+        name=data["name"],
+        summary=str(data.get("summary", "")),
+        fault=data["fault"],
+        trigger=_build(Trigger, trigger, "trigger", where),
+        expect=_build(Expectation, expect, "expect", where),
+        source=where,
+    )
+
+
+def load(name_or_path: str, overrides: Dict[str, Any] | None = None) -> Scenario:
+    """A built-in scenario by name, or a scenario file by path."""
+    path = Path(name_or_path)
+    if name_or_path.endswith(".toml") or path.is_file():
+        if not path.is_file():
+            raise UsageError(f"scenario file {name_or_path} does not exist")
+        where = str(path)
+    else:
+        path = builtin_dir() / f"{name_or_path}.toml"
+        if not path.is_file():
+            raise UsageError(f"unknown scenario '{name_or_path}' (known: {', '.join(builtin_names())})")
+        where = f"scenarios/{path.name}"
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read scenario {where}: {exc}") from None
+    return parse(text, where, overrides)
+
+
+def parse_param(item: str) -> Tuple[str, Any]:
+    """``KEY=VALUE`` from the command line, the value read as a TOML literal (else a string)."""
+    key, sep, raw = item.partition("=")
+    if not sep or not key.strip():
+        raise UsageError(f"--param {item!r}: expected KEY=VALUE, e.g. --param save=3")
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    return key.strip(), value

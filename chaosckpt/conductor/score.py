@@ -1,0 +1,185 @@
+"""Scoring a trial from its runs' events: which checkpoint was recovered, and was the trajectory reproduced."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+from chaosckpt.conductor.result import Finding, Outcome
+from chaosckpt.conductor.runlog import ProcessLog, RunLog
+
+
+@dataclass
+class Recovery:
+    outcome: Outcome
+    recovered_step: Optional[int] = None
+    error: Optional[str] = None
+    error_path: Optional[str] = None
+
+
+@dataclass
+class Trajectory:
+    """How the resumed steps compare with the reference's steps at the same global step."""
+
+    reproduced: bool
+    compared: int
+    first_divergent_step: Optional[int] = None
+    max_loss_diff: Optional[float] = None
+    findings: List[Finding] = field(default_factory=list)
+
+
+def _close(a: float, b: float, tolerance: float) -> bool:
+    if tolerance == 0.0:
+        return a == b or (math.isnan(a) and math.isnan(b))
+    return abs(a - b) <= tolerance * max(abs(a), abs(b))
+
+
+def _loss_diff(a: List[float], b: List[float]) -> float:
+    if len(a) != len(b):
+        return math.inf
+    return max((abs(x - y) for x, y in zip(a, b)), default=0.0)
+
+
+def steps_match(a: dict, b: dict, tolerance: float) -> bool:
+    """Same loss values and parameter fingerprint: bitwise, or within a relative tolerance."""
+    la, lb = a.get("loss", []), b.get("loss", [])
+    if len(la) != len(lb) or not all(_close(x, y, tolerance) for x, y in zip(la, lb)):
+        return False
+    if tolerance == 0.0:
+        return a.get("pfp") == b.get("pfp")
+    return _close(a.get("psum", 0.0), b.get("psum", 0.0), tolerance)
+
+
+def first_mismatch(run: List[dict], reference: List[dict], offset: int, tolerance: float) -> Optional[int]:
+    """Global step of the first of ``run``'s steps (starting at global step offset+1) unlike the reference's."""
+    for i, step in enumerate(run):
+        global_step = offset + i + 1
+        if global_step > len(reference):
+            return None
+        if not steps_match(step, reference[global_step - 1], tolerance):
+            return global_step
+    return None
+
+
+def digest_table(*logs: Optional[ProcessLog]) -> Dict[str, int]:
+    """Exact parameter digest -> the global step at which that state existed (saves and the initial state)."""
+    table: Dict[str, int] = {}
+    for log in logs:
+        if log is None:
+            continue
+        first = log.first_digest()
+        if first is not None:
+            table.setdefault(first, 0)
+        for save in log.saves:
+            table.setdefault(save.digest, save.step)
+    return table
+
+
+def recovery(resume: RunLog, resume_rc: Optional[int], stderr_tail: str, last_good: Optional[int],
+             table: Dict[str, int]) -> Recovery:
+    """Where the resumed job started, from its first parameter digest."""
+    trainer = resume.trainer()
+    if trainer is None:
+        failed = resume.failed_loads()
+        if failed:
+            return Recovery("crashed", error=failed[-1]["error"], error_path=failed[-1].get("path"))
+        return Recovery("crashed", error=stderr_tail or f"exit status {resume_rc}")
+    digest = trainer.first_digest()
+    step = table.get(digest) if digest is not None else None
+    if step is None:
+        return Recovery("unknown-state")
+    if step == 0 and (last_good or 0) > 0:
+        return Recovery("scratch", 0)
+    if last_good is None or step >= last_good:
+        return Recovery("last-good", step)
+    return Recovery("older", step)
+
+
+def trajectory(reference: ProcessLog, resume: ProcessLog, start: int, tolerance: float) -> Trajectory:
+    """Compare the resumed steps with the reference from global step ``start`` + 1 on."""
+    ref_steps = reference.steps
+    compared = 0
+    max_diff = 0.0
+    for i, step in enumerate(resume.steps):
+        g = start + i + 1
+        if g > len(ref_steps):
+            break
+        compared += 1
+        max_diff = max(max_diff, _loss_diff(step.get("loss", []), ref_steps[g - 1].get("loss", [])))
+    divergent = first_mismatch(resume.steps, ref_steps, start, tolerance)
+    findings: List[Finding] = []
+    expected = len(ref_steps) - start
+    if divergent is None and len(resume.steps) != expected:
+        divergent = start + min(len(resume.steps), expected) + 1
+        findings.append(
+            Finding(
+                "step-count-differs",
+                f"the resumed run took {len(resume.steps)} steps after step {start}; the uninterrupted run took {expected}",
+                {"resumed_steps": len(resume.steps), "reference_steps": expected},
+            )
+        )
+    if divergent is not None:
+        findings.extend(rng_findings(reference, resume, start))
+    return Trajectory(
+        reproduced=divergent is None,
+        compared=compared,
+        first_divergent_step=divergent,
+        max_loss_diff=max_diff if compared else None,
+        findings=findings,
+    )
+
+
+def rng_findings(reference: ProcessLog, resume: ProcessLog, start: int) -> List[Finding]:
+    """Random streams whose state at the first resumed step differs from the reference's at that step."""
+    if not resume.steps or start >= len(reference.steps):
+        return []
+    ours = resume.steps[0].get("rng", {})
+    theirs = reference.steps[start].get("rng", {})
+    drawn = {
+        name for name in theirs
+        if len({s.get("rng", {}).get(name) for s in reference.steps}) > 1
+    }
+    out = []
+    for name in sorted(drawn):
+        if ours.get(name) != theirs.get(name):
+            out.append(
+                Finding(
+                    "rng-not-restored",
+                    f"the {STREAM_NAMES.get(name, name)} random stream was not restored: at step {start + 1} its "
+                    f"state differs from the uninterrupted run's; save and restore it in the checkpoint",
+                    {"stream": name, "step": start + 1},
+                )
+            )
+    return out
+
+
+STREAM_NAMES = {
+    "torch": "torch CPU (torch.get_rng_state)",
+    "python": "Python `random` (random.getstate)",
+    "numpy": "numpy global (np.random.get_state)",
+}
+
+
+def baseline_divergence(faulted: ProcessLog, reference: ProcessLog, tolerance: float) -> Optional[int]:
+    """First step at which the faulted run, before its fault, already differs from the reference."""
+    return first_mismatch(faulted.steps, reference.steps, 0, tolerance)
+
+
+def tail_line(path: Path, limit: int = 300) -> str:
+    """The last non-empty line of a log, for an error excerpt."""
+    try:
+        lines = [l for l in path.read_text(errors="replace").splitlines() if l.strip()]
+    except OSError:
+        return ""
+    return lines[-1].strip()[:limit] if lines else ""
+
+
+def fault_point(faulted: RunLog) -> Tuple[Optional[ProcessLog], Optional[int]]:
+    """The process the fault fired in, and the global step it had reached at that moment."""
+    for proc in faulted.processes:
+        if proc.fault is not None:
+            steps = [s.step for s in proc.saves if s.index == proc.fault["save"]]
+            return proc, (steps[0] if steps else len(proc.steps))
+    return None, None

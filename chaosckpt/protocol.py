@@ -1,0 +1,107 @@
+"""The event protocol between the in-process agent and the conductor.
+
+The agent appends one JSON object a line to ``events.<rank>.<pid>.jsonl`` in the
+run directory, one ``write`` per line, so a SIGKILL loses at most the line being
+written. The conductor reads the files back, tolerating a torn last line. Both
+sides import this module; it uses the standard library only.
+
+Every event carries ``v`` (schema version), ``t`` (event type), ``ts`` (Unix time)
+and ``pid``. The event types and their own fields:
+
+``hello``       the agent is live in a process that imported torch.
+                ``rank``, ``local_rank``, ``world_size`` (ints or null), ``argv``,
+                ``python``, ``torch`` (version), ``fault`` (the armed fault or null).
+``step``        an optimizer step is about to run (pre-hook).
+                ``step`` (1-based, counted in this process), ``opt`` (index of the
+                optimizer in creation order), ``loss`` (list of floats, one per
+                backward since the previous step; empty when none was seen),
+                ``pfp`` (exact fingerprint of a fixed sample of every parameter),
+                ``psum`` (float sum of that sample, for tolerant comparison),
+                ``rng`` (stream name -> state fingerprint), and, on the first step of
+                the process and the first step after a load, ``digest`` (exact,
+                order-sensitive digest of all parameters).
+``save-begin``  a checkpoint save started. ``save`` (1-based index in this
+                process), ``step`` (optimizer steps completed), ``path`` (absolute,
+                or null for a file object), ``via`` ("path" or "fileobj"),
+                ``digest`` (of the optimized parameters as they are being saved).
+``save-end``    the save returned or raised. ``save``, ``ok``, ``bytes``,
+                ``writes``, ``error`` (one line, or null).
+``load``        ``torch.load`` returned or raised. ``path`` (or null), ``ok``,
+                ``error`` (one line, or null), ``keys`` (top-level keys of a dict).
+``restore``     state was put back into the job. ``what`` ("module", "optimizer",
+                "torch-rng", "python-rng"), ``name`` (class name).
+``fault``       the armed fault fired. ``fault`` (kind), ``save``, ``write``
+                (index of the write it fired in), ``bytes`` (bytes of the save
+                on disk at that moment), ``path``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Dict, Iterator, List
+
+SCHEMA_VERSION = 1
+
+ENV_RUN_DIR = "CHAOSCKPT_RUN_DIR"
+"""Directory the agent writes its event files into; the agent is inert without it."""
+ENV_FAULT = "CHAOSCKPT_FAULT"
+"""JSON description of the armed fault (see ``chaosckpt.agent.faults``), absent for none."""
+ENV_MARK = "CHAOSCKPT_MARK"
+"""A token set on every process of one run, so the conductor can find strays."""
+
+FAULT_FLAG_PREFIX = "fault."
+"""The agent creates ``fault.<pid>`` in the run directory when a fault halts the job."""
+
+EVENT_TYPES = ("hello", "step", "save-begin", "save-end", "load", "restore", "fault")
+
+Event = Dict[str, Any]
+
+
+def events_file_name(rank: int | None, pid: int) -> str:
+    """Name of one process's event file."""
+    return f"events.{'x' if rank is None else rank}.{pid}.jsonl"
+
+
+def encode(event: Event) -> bytes:
+    """One event as the bytes of one line."""
+    return (json.dumps(event, separators=(",", ":"), allow_nan=True) + "\n").encode()
+
+
+class ProtocolError(Exception):
+    """An event file is damaged somewhere other than its last line."""
+
+
+def read_event_file(path: Path) -> List[Event]:
+    """Events of one file, in order; a torn (unterminated or undecodable) last line is dropped."""
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    torn_tail = lines.pop()  # text after the last newline: empty unless the writer was killed mid-line
+    events: List[Event] = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError as exc:
+            if number == len(lines) and not torn_tail:
+                break
+            raise ProtocolError(f"{path}: line {number} is not JSON ({exc})") from None
+        if event.get("v") == SCHEMA_VERSION and event.get("t") in EVENT_TYPES:
+            events.append(event)
+    return events
+
+
+def event_files(run_dir: Path) -> Iterator[Path]:
+    """The event files of a run directory, in a stable order."""
+    return iter(sorted(Path(run_dir).glob("events.*.jsonl")))
+
+
+def fault_flags(run_dir: Path) -> List[Path]:
+    """Flags left by agents whose fault fired and which now hold their job still."""
+    try:
+        names = os.listdir(run_dir)
+    except FileNotFoundError:
+        return []
+    return [Path(run_dir, n) for n in names if n.startswith(FAULT_FLAG_PREFIX)]

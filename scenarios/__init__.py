@@ -1,0 +1,1 @@
+"""Built-in scenario definitions: one TOML file each, installed as ``chaosckpt.scenarios``."""
