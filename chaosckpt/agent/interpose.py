@@ -130,7 +130,8 @@ def install(rec: Recorder) -> None:
             path = os.fspath(f) if _is_path(f) else None
             if path is not None and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
                 return original(obj, f, *args, **kwargs)  # let torch raise its own error
-            index = rec.save_begin(path, "path" if path is not None else "fileobj")
+            name = path if path is not None else getattr(f, "name", None)
+            index = rec.save_begin(name if isinstance(name, str) else None, "path" if path is not None else "fileobj")
             writer = None
             error: Optional[BaseException] = None
             try:
@@ -139,7 +140,7 @@ def install(rec: Recorder) -> None:
                         writer = CountingWriter(raw, rec, index, path)
                         original(obj, writer, *args, **kwargs)
                 else:
-                    writer = CountingWriter(f, rec, index, None)
+                    writer = CountingWriter(f, rec, index, name if isinstance(name, str) else None)
                     original(obj, writer, *args, **kwargs)
             except BaseException as exc:
                 error = exc

@@ -1,0 +1,83 @@
+"""Fixtures that write a small training project and run the real ``chaosckpt`` command on it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import psutil
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+JOB = Path(__file__).resolve().parent / "jobs" / "train_job.py"
+
+
+@dataclass
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def doc(self) -> dict:
+        return json.loads(self.stdout)
+
+    @property
+    def trial(self) -> dict:
+        return self.doc["trials"][0]
+
+
+def run_chaosckpt(args: List[str], cwd: Path, env: Optional[Dict[str, str]] = None, timeout: float = 300) -> Result:
+    """Run the installed command line as a user would, in ``cwd``."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "chaosckpt", *args],
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    return Result(proc.returncode, proc.stdout, proc.stderr)
+
+
+def tree_digest(root: Path) -> Dict[str, str]:
+    """Path -> sha256 of every file under ``root`` (symlinks by target), to prove nothing was written."""
+    out = {}
+    for path in sorted(root.rglob("*")):
+        rel = str(path.relative_to(root))
+        if path.is_symlink():
+            out[rel] = "link:" + os.readlink(path)
+        elif path.is_file():
+            out[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+        else:
+            out[rel] = "dir"
+    return out
+
+
+def processes_of(results: Path) -> List[int]:
+    """Live processes whose chaosckpt run directory lies under ``results``."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            run_dir = proc.environ().get("CHAOSCKPT_RUN_DIR", "")
+            if run_dir.startswith(str(results)) and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc.pid)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A user's project folder holding the configurable test job as ``train.py``."""
+    root = tmp_path / "project"
+    root.mkdir()
+    shutil.copy(JOB, root / "train.py")
+    return root

@@ -1,0 +1,113 @@
+"""A configurable training job for end-to-end tests: each flag removes or adds one piece of robustness."""
+
+import argparse
+import io
+import os
+import random
+import sys
+import time
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+p = argparse.ArgumentParser()
+p.add_argument("--save", choices=["atomic", "inplace", "fileobj-inplace"], default="atomic")
+p.add_argument("--restore", default="torch,python,loader", help="random streams the checkpoint restores")
+p.add_argument("--epochs", type=int, default=4)
+p.add_argument("--samples", type=int, default=64)
+p.add_argument("--workers", type=int, default=0)
+p.add_argument("--mp-context", default=None)
+p.add_argument("--resume-from", choices=["newest", "oldest", "none"], default="newest")
+p.add_argument("--seed", default="0", help="an integer, or 'time' for a job that is not deterministic")
+p.add_argument("--fail", action="store_true", help="exit 1 before training")
+p.add_argument("--sleep", type=float, default=0.0, help="sleep this long before training")
+p.add_argument("--resume-flag", action="store_true", help="resume only when --resumed is given too")
+p.add_argument("--resumed", action="store_true")
+
+
+class Data(Dataset):
+    """Synthetic rows; a worker that saves in __getitem__ must not be recorded as the job's save."""
+
+    def __init__(self, n, save_in_worker):
+        self.save_in_worker = save_in_worker
+        g = torch.Generator().manual_seed(1234)
+        self.x = torch.randn(n, 8, generator=g)
+        self.y = self.x.sum(1, keepdim=True)
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        if self.save_in_worker:
+            torch.save(self.x[i].clone(), io.BytesIO())
+        return self.x[i], self.y[i]
+
+
+def main():
+    args = p.parse_args()
+
+    if args.fail:
+        sys.exit("job failed on purpose")
+    time.sleep(args.sleep)
+
+    seed = int(time.time_ns() % 100000) if args.seed == "time" else int(args.seed)
+    torch.manual_seed(seed)
+    random.seed(seed)
+    loader_gen = torch.Generator().manual_seed(seed)
+    loader = DataLoader(Data(args.samples, args.workers > 0), batch_size=8, shuffle=True, generator=loader_gen,
+                        num_workers=args.workers, multiprocessing_context=args.mp_context)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Dropout(0.25), nn.Linear(16, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    restore = set(filter(None, args.restore.split(",")))
+
+    os.makedirs("ckpt", exist_ok=True)
+
+
+    def ckpt_path(epoch):
+        return "ckpt/last.pt" if args.resume_from != "oldest" else f"ckpt/epoch{epoch}.pt"
+
+
+    def save(obj, path):
+        if args.save == "inplace":
+            torch.save(obj, path)
+        elif args.save == "fileobj-inplace":
+            with open(path, "wb") as f:
+                torch.save(obj, f)
+        else:
+            with open(path + ".tmp", "wb") as f:
+                torch.save(obj, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(path + ".tmp", path)
+
+
+    start = 0
+    candidates = sorted(f for f in os.listdir("ckpt") if f.endswith(".pt"))
+    may_resume = args.resume_from != "none" and (args.resumed or not args.resume_flag)
+    if candidates and may_resume:
+        ck = torch.load(os.path.join("ckpt", candidates[0] if args.resume_from == "oldest" else "last.pt"))
+        model.load_state_dict(ck["model"])
+        opt.load_state_dict(ck["opt"])
+        if "torch" in restore:
+            torch.set_rng_state(ck["torch"])
+        if "python" in restore:
+            random.setstate(ck["python"])
+        if "loader" in restore:
+            loader_gen.set_state(ck["loader"])
+        start = ck["epoch"] + 1
+
+    for epoch in range(start, args.epochs):
+        for x, y in loader:
+            x = x + 0.01 * random.random()
+            loss = ((model(x) - y) ** 2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        save({"model": model.state_dict(), "opt": opt.state_dict(), "epoch": epoch, "torch": torch.get_rng_state(),
+              "python": random.getstate(), "loader": loader_gen.get_state()}, ckpt_path(epoch))
+    print("finished", flush=True)
+
+
+if __name__ == "__main__":
+    main()
