@@ -1,0 +1,108 @@
+"""Bad input gets one line on stderr and exit code 2, never a traceback, and touches nothing of the user's."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from chaosckpt.conductor import cli
+from chaosckpt.conductor.errors import ExitCode
+from conftest import run_chaosckpt, tree_digest
+
+
+def usage_error(project, *args):
+    before = tree_digest(project)
+    res = run_chaosckpt(list(args), cwd=project)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "Traceback" not in res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("chaosckpt: error: ")
+    assert res.stdout == ""
+    assert tree_digest(project) == before
+    return lines[0]
+
+
+def test_missing_script(project):
+    assert "script nope.py does not exist" in usage_error(project, "run", "nope.py", "-s", "kill9-mid-save")
+
+
+def test_unknown_scenario_lists_the_known_ones(project):
+    line = usage_error(project, "run", "train.py", "-s", "kill-everything")
+    assert "unknown scenario 'kill-everything'" in line and "kill9-mid-save" in line
+
+
+def test_malformed_scenario_file_names_file_and_line(project):
+    (project / "bad.toml").write_text('name = "x"\nfault = "kill"\n[trigger\nsave = 2\n')
+    line = usage_error(project, "run", "train.py", "-s", "bad.toml")
+    assert "bad.toml" in line and "line 3" in line
+
+
+def test_unknown_key_in_scenario_file(project):
+    (project / "typo.toml").write_text('name = "x"\nfault = "kill"\n[trigger]\nsafe = 2\n')
+    line = usage_error(project, "run", "train.py", "-s", "typo.toml")
+    assert "unknown key 'trigger.safe'" in line
+
+
+@pytest.mark.parametrize(
+    "param, message",
+    [
+        ("save=0", "trigger.save must be a whole number >= 1"),
+        ("fraction=1.5", "trigger.fraction must be a number in [0, 1)"),
+        ("write=-1", "trigger.write must be a whole number >= 1"),
+        ("save", "expected KEY=VALUE"),
+        ("expect.recovered=['sometimes']", "expect.recovered must list outcomes"),
+    ],
+)
+def test_invalid_trigger_values(project, param, message):
+    assert message in usage_error(project, "run", "train.py", "-s", "kill9-mid-save", "-p", param)
+
+
+def test_unwritable_results_directory(project):
+    (project / "a-file").write_text("")
+    line = usage_error(project, "run", "train.py", "-s", "kill9-mid-save", "--out", "a-file/results")
+    assert "cannot write results to a-file/results" in line
+
+
+def test_unknown_option(project):
+    assert "--frobnicate" in usage_error(project, "run", "train.py", "-s", "kill9-mid-save", "--frobnicate")
+
+
+def test_no_command(project):
+    assert "give a training script" in usage_error(project, "run", "-s", "kill9-mid-save")
+
+
+def test_negative_tolerance(project):
+    assert "--tolerance -1 is invalid" in usage_error(project, "run", "train.py", "-s", "kill9-mid-save", "--tolerance", "-1")
+
+
+def test_internal_error_writes_a_crash_report(project, monkeypatch, capsys, tmp_path):
+    monkeypatch.chdir(project)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr("tempfile.tempdir", None)
+
+    def broken(*args, **kwargs):
+        raise ValueError("a bug in the scorer")
+
+    monkeypatch.setattr(cli, "run_trial", broken)
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["run", "train.py", "-s", "kill9-mid-save", "--out", str(tmp_path / "r")])
+    assert exit_info.value.code == ExitCode.INTERNAL
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("chaosckpt: internal error (ValueError: a bug in the scorer); crash report: ")
+    report = err.rsplit(": ", 1)[1]
+    assert "a bug in the scorer" in open(report).read() and "Traceback" in open(report).read()
+
+
+def test_scenarios_lists_the_builtins(project):
+    res = run_chaosckpt(["scenarios"], cwd=project)
+    assert res.returncode == 0
+    assert res.stdout.splitlines()[0] == "kill9-mid-save"
+    assert "parameters: save=2, fraction=0.5" in res.stdout
+
+
+def test_help_documents_exit_codes(project):
+    res = run_chaosckpt(["run", "--help"], cwd=project)
+    assert res.returncode == 0
+    for code in ("0  every trial passed", "1  some trial failed", "2  usage error", "3  internal error", "4  inconclusive"):
+        assert code in res.stdout

@@ -1,0 +1,66 @@
+"""Scenario files: the built-ins load, bad files are named with file and line, parameters override."""
+
+from __future__ import annotations
+
+import pytest
+
+from chaosckpt.conductor import scenario
+from chaosckpt.conductor.errors import UsageError
+
+GOOD = 'name = "mine"\nfault = "kill"\n[trigger]\nsave = 3\nwrite = 4\n[expect]\nrecovered = ["last-good", "older"]\n'
+
+
+def test_every_builtin_loads():
+    assert scenario.builtin_names() == ["kill9-mid-save"]
+    scen = scenario.load("kill9-mid-save")
+    assert (scen.trigger.save, scen.trigger.fraction, scen.trigger.write) == (2, 0.5, None)
+    assert scen.expect.recovered == ("last-good",) and scen.expect.reproduced is True
+
+
+def test_a_file_of_ones_own(fs):
+    fs.create_file("/p/mine.toml", contents=GOOD)
+    scen = scenario.load("/p/mine.toml")
+    assert scen.name == "mine" and scen.trigger.save == 3 and scen.trigger.write == 4
+    assert scen.expect.recovered == ("last-good", "older")
+
+
+def test_overrides_replace_file_values_and_a_fraction_replaces_a_write():
+    scen = scenario.parse(GOOD, "mine.toml", {"save": 5, "trigger.fraction": 0.25, "expect.reproduced": False})
+    assert (scen.trigger.save, scen.trigger.fraction, scen.trigger.write) == (5, 0.25, None)
+    assert scen.expect.reproduced is False
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('name = "x"\nfault = "kill"\n[trigger\n', "mine.toml: not valid TOML: .*line 3"),
+        ('name = "x"\nfault = "nuke"\n', "unknown fault 'nuke'"),
+        ('fault = "kill"\n', "'name' must be a non-empty string"),
+        ('name = "x"\nfault = "kill"\ncolour = 1\n', "unknown key 'colour'"),
+        ('name = "x"\nfault = "kill"\ntrigger = 3\n', r"\[trigger\] must be a table"),
+        ('name = "x"\nfault = "kill"\n[trigger]\nsave = true\n', "trigger.save must be a whole number"),
+        ('name = "x"\nfault = "kill"\n[expect]\nreproduced = "yes"\n', "expect.reproduced must be true or false"),
+    ],
+)
+def test_bad_files(text, message):
+    with pytest.raises(UsageError, match=message):
+        scenario.parse(text, "mine.toml")
+
+
+def test_override_of_an_unknown_section():
+    with pytest.raises(UsageError, match="only trigger.\\* and expect.\\* keys"):
+        scenario.parse(GOOD, "mine.toml", {"fault.kind": "x"})
+
+
+def test_parse_param_reads_toml_literals():
+    assert scenario.parse_param("save=3") == ("save", 3)
+    assert scenario.parse_param("fraction=0.25") == ("fraction", 0.25)
+    assert scenario.parse_param("expect.recovered=['older']") == ("expect.recovered", ["older"])
+    assert scenario.parse_param("name=plain words") == ("name", "plain words")
+    with pytest.raises(UsageError):
+        scenario.parse_param("=3")
+
+
+def test_missing_file():
+    with pytest.raises(UsageError, match="does not exist"):
+        scenario.load("nowhere.toml")

@@ -1,0 +1,107 @@
+"""The scorer on hand-made event logs: recovery outcomes, trajectory comparison, random streams."""
+
+from __future__ import annotations
+
+from chaosckpt.conductor import score
+from chaosckpt.conductor.runlog import ProcessLog, RunLog, Save
+
+
+def step(n, loss, pfp=None, rng=None, digest=None, psum=None):
+    e = {"step": n, "ts": float(n), "loss": [loss], "pfp": pfp or f"p{loss}", "psum": psum if psum is not None else loss,
+         "rng": rng or {"torch": f"t{n}", "python": "const"}}
+    if digest:
+        e["digest"] = digest
+    return e
+
+
+def run_with(steps, saves=()):
+    log = ProcessLog(pid=1, steps=list(steps))
+    for i, (at, digest) in enumerate(saves, 1):
+        log.saves.append(Save(index=i, step=at, path="/w/ckpt.pt", digest=digest, ts=float(i), ok=True))
+    return log
+
+
+REFERENCE = run_with([step(i, float(i), digest="d0" if i == 1 else None) for i in range(1, 31)],
+                     saves=[(10, "d10"), (20, "d20"), (30, "d30")])
+TABLE = score.digest_table(REFERENCE)
+
+
+def resumed(first_digest, start, losses=None):
+    losses = losses or [float(i) for i in range(start + 1, 31)]
+    steps = [step(i + 1, l, rng={"torch": f"t{start + i + 1}", "python": "const"}) for i, l in enumerate(losses)]
+    steps[0]["digest"] = first_digest
+    return RunLog([run_with(steps)])
+
+
+def test_digest_table_maps_saves_and_the_initial_state():
+    assert TABLE == {"d0": 0, "d10": 10, "d20": 20, "d30": 30}
+
+
+def test_recovery_outcomes():
+    assert score.recovery(resumed("d20", 20), 0, "", 20, TABLE).outcome == "last-good"
+    older = score.recovery(resumed("d10", 10), 0, "", 20, TABLE)
+    assert (older.outcome, older.recovered_step) == ("older", 10)
+    assert score.recovery(resumed("d0", 0), 0, "", 20, TABLE).outcome == "scratch"
+    assert score.recovery(resumed("elsewhere", 20), 0, "", 20, TABLE).outcome == "unknown-state"
+
+
+def test_a_resume_that_never_stepped_crashed_with_the_load_error():
+    log = ProcessLog(pid=2, loads=[{"path": "/w/ckpt.pt", "ok": False, "error": "RuntimeError: failed finding central directory"}])
+    rec = score.recovery(RunLog([log]), 1, "last stderr line", 20, TABLE)
+    assert (rec.outcome, rec.error_path) == ("crashed", "/w/ckpt.pt")
+    assert "central directory" in rec.error
+    bare = score.recovery(RunLog([]), 1, "ImportError: no module", 20, TABLE)
+    assert (bare.outcome, bare.error) == ("crashed", "ImportError: no module")
+
+
+def test_identical_trajectory_is_reproduced():
+    traj = score.trajectory(REFERENCE, resumed("d20", 20).trainer(), 20, 0.0)
+    assert traj.reproduced and traj.compared == 10 and traj.max_loss_diff == 0.0 and traj.findings == []
+
+
+def test_first_divergent_step_and_largest_difference():
+    losses = [float(i) for i in range(21, 31)]
+    losses[3] += 0.25
+    losses[6] += 0.5
+    traj = score.trajectory(REFERENCE, resumed("d20", 20, losses).trainer(), 20, 0.0)
+    assert not traj.reproduced
+    assert traj.first_divergent_step == 24 and traj.max_loss_diff == 0.5
+
+
+def test_tolerance_accepts_small_relative_differences_only():
+    losses = [float(i) * (1 + 1e-7) for i in range(21, 31)]
+    log = resumed("d20", 20, losses).trainer()
+    for s in log.steps:
+        s["psum"] = s["loss"][0]
+    assert not score.trajectory(REFERENCE, log, 20, 0.0).reproduced
+    assert score.trajectory(REFERENCE, log, 20, 1e-6).reproduced
+    assert not score.trajectory(REFERENCE, log, 20, 1e-9).reproduced
+
+
+def test_a_resume_that_runs_longer_does_not_reproduce():
+    log = resumed("d20", 20, [float(i) for i in range(21, 31)] + [99.0])
+    traj = score.trajectory(REFERENCE, log.trainer(), 20, 0.0)
+    assert not traj.reproduced and traj.first_divergent_step == 31
+    assert [f.kind for f in traj.findings] == ["step-count-differs"]
+
+
+def test_only_streams_the_loop_draws_from_are_reported():
+    log = resumed("d20", 20, [float(i) + 1 for i in range(21, 31)]).trainer()
+    log.steps[0]["rng"] = {"torch": "wrong", "python": "also-different"}
+    findings = score.trajectory(REFERENCE, log, 20, 0.0).findings
+    assert [(f.kind, f.details["stream"]) for f in findings] == [("rng-not-restored", "torch")]
+
+
+def test_baseline_divergence():
+    same = run_with([step(i, float(i)) for i in range(1, 16)])
+    assert score.baseline_divergence(same, REFERENCE, 0.0) is None
+    other = run_with([step(i, float(i) + (i >= 5)) for i in range(1, 16)])
+    assert score.baseline_divergence(other, REFERENCE, 0.0) == 5
+
+
+def test_fault_point_is_the_step_of_the_interrupted_save():
+    log = run_with([step(i, float(i)) for i in range(1, 21)], saves=[(10, "a"), (20, "b")])
+    log.saves[1].ok = None
+    log.fault = {"save": 2, "ts": 3.0}
+    proc, at = score.fault_point(RunLog([run_with([]), log]))
+    assert proc is log and at == 20
