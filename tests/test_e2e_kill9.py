@@ -67,6 +67,8 @@ def test_naive_example_fails_with_the_torn_checkpoint(tmp_path):
     assert trial["headline"].endswith("the last good checkpoint was step 16")
     # the killed save left exactly the bytes written before the fault
     assert trial["fault"]["files"]["ckpt/last.pt"] == trial["fault"]["bytes"]
+    (torn,) = [f for f in trial["findings"] if f["kind"] == "torn-checkpoint"]
+    assert torn["path"] == "ckpt/last.pt" and 0 < torn["bytes"] < torn["full_bytes"]
     (finding,) = [f for f in trial["findings"] if f["kind"] == "in-place-save"]
     assert finding["path"] == "ckpt/last.pt" and finding["overwritten_step"] == 16
     assert processes_of(results) == []

@@ -7,9 +7,7 @@ torch is patched only when the job imports it.
 
 from __future__ import annotations
 
-import importlib.abc
 import importlib.util
-import json
 import os
 import sys
 from typing import Optional
@@ -42,7 +40,7 @@ def role() -> str:
     return "training"
 
 
-class _TorchHook(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+class _TorchHook:
     """Finds ``torch`` through the other finders and runs ``on_loaded`` right after it executes."""
 
     def __init__(self, on_loaded) -> None:
@@ -76,6 +74,8 @@ def _rank() -> Optional[int]:
 
 
 def _install() -> None:
+    import json
+
     from chaosckpt.agent import faults, interpose
     from chaosckpt.agent.channel import EventWriter
     from chaosckpt.agent.recorder import Recorder

@@ -7,6 +7,9 @@ from typing import List
 
 from chaosckpt.conductor.result import Trial
 
+DIVERGENCE_CAUSES = ("rng-not-restored", "step-count-differs")
+"""Finding kinds that explain a divergence; the first one found goes into the headline."""
+
 REASONS = {
     "fault-not-triggered": "the fault never fired",
     "reference-failed": "the uninterrupted run failed",
@@ -55,7 +58,7 @@ def headline(trial: Trial) -> str:
     if trial.reproduced:
         return f"{verdict} {name}: {start} and reproduced all {trial.compared_steps} following steps {how}"
     diff = f", largest loss difference {trial.max_loss_diff:.3g}" if trial.max_loss_diff is not None else ""
-    cause = next((f.message for f in trial.findings if f.kind != "in-place-save"), "")
+    cause = next((f.message for f in trial.findings if f.kind in DIVERGENCE_CAUSES), "")
     return (f"{verdict} {name}: {start} but diverged from the uninterrupted run at step "
             f"{trial.first_divergent_step}{diff}" + (f": {cause}" if cause else ""))
 

@@ -51,6 +51,7 @@ class TrialRunner:
             results_dir=str(options.results_dir),
         )
         self.sandbox_root = options.results_dir / "sandboxes"
+        self._full_bytes = 0
 
     def run(self) -> Trial:
         try:
@@ -127,6 +128,7 @@ class TrialRunner:
                 f"{trigger.save}; use --param save=N with N <= {len(saves)}, or make the job save more often",
             )
         target = saves[trigger.save - 1]
+        self._full_bytes = target.bytes
         fault = {"kind": "halt", "save": trigger.save, "rank": saver.rank}
         if trigger.write is not None:
             if trigger.write > target.writes:
@@ -211,23 +213,33 @@ class TrialRunner:
         trial.status = "passed" if passed else "failed"
 
     def _save_findings(self, proc: ProcessLog, completed: list, work: Path) -> List[Finding]:
-        """Advice about how the job saves: an interrupted save that wrote over the last good checkpoint."""
+        """What the interrupted save did to the files: a torn file, an overwritten last good checkpoint."""
         broken = [s for s in proc.saves if s.index == proc.fault["save"]]
         if not broken or broken[0].path is None or self.trial.outcome == "last-good":
             return []
-        earlier = [s for s in completed if s.path == broken[0].path]
-        if not earlier:
-            return []
         path = self._rel(broken[0].path, work)
-        return [
-            Finding(
-                "in-place-save",
-                f"save {broken[0].index} wrote straight over {path}, which held the checkpoint of step "
-                f"{earlier[-1].step}: the old checkpoint was gone as soon as the save began. Save to a temporary "
-                "name in the same directory, flush and fsync it, then os.replace() it over the old name",
-                {"path": path, "overwritten_step": earlier[-1].step},
+        findings = []
+        left = self.trial.fault["files"].get(path)
+        if left is not None and left < self._full_bytes and os.path.exists(broken[0].path):
+            findings.append(
+                Finding(
+                    "torn-checkpoint",
+                    f"the interrupted save {broken[0].index} left {path} with {left} of its {self._full_bytes} bytes",
+                    {"path": path, "bytes": left, "full_bytes": self._full_bytes},
+                )
             )
-        ]
+        earlier = [s for s in completed if s.path == broken[0].path]
+        if earlier:
+            findings.append(
+                Finding(
+                    "in-place-save",
+                    f"save {broken[0].index} wrote straight over {path}, which held the checkpoint of step "
+                    f"{earlier[-1].step}: the old checkpoint was gone as soon as the save began. Save to a temporary "
+                    "name in the same directory, flush and fsync it, then os.replace() it over the old name",
+                    {"path": path, "overwritten_step": earlier[-1].step},
+                )
+            )
+        return findings
 
     def _files_after_fault(self, proc: ProcessLog, work: Path) -> dict:
         """Size on disk (or null: missing) of every file the job saved to, as the fault left them."""

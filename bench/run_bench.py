@@ -1,0 +1,81 @@
+"""chaosckpt's overhead, as ratios measured in one run: agent on / agent off.
+
+    python bench/run_bench.py            # all three measurements
+    python bench/run_bench.py --quick    # fewer repetitions
+
+(a) optimizer-step time with the agent recording / without (goal <= 1.02);
+(b) torch.save(path) throughput of a 400 MB state dict through the agent's
+    interposed writer / plain (goal >= 0.95);
+(c) process start-up: the agent's cost in ms per process, in one that imports
+    torch and in one that never does (goal ~20 ms).
+Runs alternate between the two configurations so drift hits both alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from chaosckpt import protocol  # noqa: E402
+from chaosckpt.conductor.launcher import BOOT_DIR  # noqa: E402
+
+
+def job(args, agent: bool, run_dir: str) -> dict:
+    env = dict(os.environ)
+    env.pop(protocol.ENV_RUN_DIR, None)
+    if agent:
+        env[protocol.ENV_RUN_DIR] = run_dir
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(BOOT_DIR), env.get("PYTHONPATH", "")]))
+    start = time.perf_counter()
+    out = subprocess.run([sys.executable, str(HERE / "workload.py"), *args], env=env, check=True,
+                         capture_output=True, text=True).stdout
+    result = json.loads(out)
+    result["wall_s"] = time.perf_counter() - start
+    return result
+
+
+def paired(args, rounds: int, key: str, run_dir: str):
+    on, off = [], []
+    for _ in range(rounds):
+        off.append(job(args, False, run_dir)[key])
+        on.append(job(args, True, run_dir)[key])
+    return statistics.median(on), statistics.median(off)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true")
+    opts = parser.parse_args()
+    rounds = 3 if opts.quick else 5
+    with tempfile.TemporaryDirectory() as tmp:
+        run_dir = os.path.join(tmp, "events")
+        os.mkdir(run_dir)
+
+        on, off = paired(["step", "40" if opts.quick else "100"], rounds, "step_s", run_dir)
+        params = job(["step", "1"], False, run_dir)["params"]
+        print(f"(a) step time, {params / 1e6:.1f}M-parameter MLP, Adam, 1 thread: "
+              f"agent {on * 1e3:.2f} ms / plain {off * 1e3:.2f} ms = {on / off:.3f}  (goal <= 1.02)")
+
+        on, off = paired(["save", "3", tmp], rounds, "save_s", run_dir)
+        mb = 400
+        print(f"(b) torch.save(path) of a {mb} MB state dict: interposed {mb / on:.0f} MB/s / plain "
+              f"{mb / off:.0f} MB/s = {off / on:.3f} of the throughput  (goal >= 0.95)")
+
+        for what, args in (("imports torch", ["import"]), ("never imports torch", ["bare"])):
+            on, off = paired(args, rounds * 4, "wall_s", run_dir)
+            print(f"(c) start-up of a process that {what}: agent {on * 1e3:.0f} ms, plain {off * 1e3:.0f} ms, "
+                  f"cost {(on - off) * 1e3:.1f} ms per process  (goal ~20 ms)")
+
+
+if __name__ == "__main__":
+    main()
