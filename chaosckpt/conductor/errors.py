@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from typing import Iterable
 
 
 class ExitCode(enum.IntEnum):
@@ -23,3 +24,23 @@ class ExitCode(enum.IntEnum):
 
 class UsageError(Exception):
     """Input chaosckpt cannot act on: said in one line, exit code 2, no traceback."""
+
+
+EXIT_CODES = """\b
+Exit codes:
+  0  every trial passed
+  1  some trial failed: the job is not resilient to the fault
+  2  usage error (bad command line, scenario file or parameter)
+  3  internal error in chaosckpt (a crash report file is written)
+  4  inconclusive: no trial failed, but a verdict could not be established
+"""
+
+
+def exit_code(statuses: Iterable[str]) -> ExitCode:
+    """What a whole invocation exits with, from its trials' statuses: a failure outranks the inconclusive."""
+    statuses = list(statuses)
+    if "failed" in statuses:
+        return ExitCode.FAILED
+    if "inconclusive" in statuses:
+        return ExitCode.INCONCLUSIVE
+    return ExitCode.PASSED
