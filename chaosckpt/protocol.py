@@ -9,7 +9,7 @@ Every event carries ``v`` (schema version), ``t`` (event type), ``ts`` (Unix tim
 and ``pid``. The event types and their own fields:
 
 ``hello``       the agent is live in a process that imported torch.
-                ``rank``, ``local_rank``, ``world_size`` (ints or null), ``argv``,
+                ``rank``, ``local_rank``, ``world_size`` (ints or null), ``argv``, ``cwd``,
                 ``python``, ``torch`` (version), ``fault`` (the armed fault or null).
 ``step``        an optimizer step is about to run (pre-hook).
                 ``step`` (1-based, counted in this process), ``opt`` (index of the
@@ -21,18 +21,39 @@ and ``pid``. The event types and their own fields:
                 the process and the first step after a load, ``digest`` (exact,
                 order-sensitive digest of all parameters).
 ``save-begin``  a checkpoint save started. ``save`` (1-based index in this
-                process), ``step`` (optimizer steps completed), ``path`` (absolute,
-                or null for a file object), ``via`` ("path" or "fileobj"),
-                ``digest`` (of the optimized parameters as they are being saved).
+                process), ``step`` (optimizer steps completed), ``path`` (absolute;
+                a file object's name, or null; a directory for "dcp"), ``via``
+                ("path", "fileobj" or "dcp": torch.distributed.checkpoint.save),
+                ``digest`` (of the optimized parameters as they are being saved),
+                ``op`` (journal operations so far, when the journal is on).
 ``save-end``    the save returned or raised. ``save``, ``ok``, ``bytes``,
                 ``writes``, ``error`` (one line, or null).
 ``load``        ``torch.load`` returned or raised. ``path`` (or null), ``ok``,
                 ``error`` (one line, or null), ``keys`` (top-level keys of a dict).
 ``restore``     state was put back into the job. ``what`` ("module", "optimizer",
                 "torch-rng", "python-rng"), ``name`` (class name).
-``fault``       the armed fault fired. ``fault`` (kind), ``save``, ``write``
-                (index of the write it fired in), ``bytes`` (bytes of the save
-                on disk at that moment), ``path``.
+``fault``       the armed fault fired. ``fault`` (kind), ``save``, and where:
+                ``write`` (index of the write it fired in), ``bytes`` (bytes of
+                the save on disk at that moment), ``path``; or ``op`` (journal
+                operation it followed); or ``after_save``; or ``free_bytes``.
+``op``          a file operation in a tracked directory (durability journal, on
+                only when the fault asks for it). ``op``: ``open`` (``path``,
+                ``ino`` [dev, inode], ``created``, ``trunc``, ``size``, ``keep``),
+                ``write`` (``ino``, ``off``, ``len``), ``fsync`` (``ino``,
+                ``size``), ``dirsync`` (``path``), ``rename`` (``src``, ``dst``,
+                ``ino``, ``replaced``, ``keep``), ``unlink`` (``path``, ``ino``,
+                ``keep``), ``mkdir`` / ``rmdir`` (``path``); ``n`` numbers them.
+                ``keep`` is a copy the agent made of data the operation destroyed.
+``sampler``     one pass of a DataLoader over its sampler ended (exhausted, or
+                abandoned: ``complete`` false). ``rank``, ``sampler`` (class
+                name), ``size`` (dataset length or null), ``replicas`` and
+                ``srank`` (the sampler's num_replicas and rank, or null),
+                ``shuffle``, ``epoch`` (the sampler's epoch, or null), ``step``
+                (optimizer steps before the pass), ``n`` (indices yielded),
+                ``crc`` (CRC-32 of the indices as little-endian int64s: the
+                order), and ``indices`` (the list, up to 1024) or ``bits``
+                (base64 zlib bitmap of the indices seen), ``dups`` ({index:
+                extra reads}) and ``head`` (the first indices).
 """
 
 from __future__ import annotations
@@ -50,11 +71,13 @@ ENV_FAULT = "CHAOSCKPT_FAULT"
 """JSON description of the armed fault (see ``chaosckpt.agent.faults``), absent for none."""
 ENV_MARK = "CHAOSCKPT_MARK"
 """A token set on every process of one run, so the conductor can find strays."""
+ENV_SAMPLER_SKEW = "CHAOSCKPT_SAMPLER_SKEW"
+"""JSON ``{"variant": "offset"|"reset", "offset": d, "rank": r}``: skew DistributedSampler epochs (resume runs)."""
 
 FAULT_FLAG_PREFIX = "fault."
 """The agent creates ``fault.<pid>`` in the run directory when a fault halts the job."""
 
-EVENT_TYPES = ("hello", "step", "save-begin", "save-end", "load", "restore", "fault")
+EVENT_TYPES = ("hello", "step", "save-begin", "save-end", "load", "restore", "fault", "op", "sampler")
 
 Event = Dict[str, Any]
 

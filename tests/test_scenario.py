@@ -11,7 +11,9 @@ GOOD = 'name = "mine"\nfault = "kill"\n[trigger]\nsave = 3\nwrite = 4\n[expect]\
 
 
 def test_every_builtin_loads():
-    assert scenario.builtin_names() == ["kill9-mid-save"]
+    assert {"kill9-mid-save", "enospc", "power-loss"} <= set(scenario.builtin_names())
+    for name in scenario.builtin_names():
+        assert scenario.load(name).name == name
     scen = scenario.load("kill9-mid-save")
     assert (scen.trigger.save, scen.trigger.fraction, scen.trigger.write) == (2, 0.5, None)
     assert scen.expect.recovered == ("last-good",) and scen.expect.reproduced is True
@@ -64,3 +66,12 @@ def test_parse_param_reads_toml_literals():
 def test_missing_file():
     with pytest.raises(UsageError, match="does not exist"):
         scenario.load("nowhere.toml")
+
+
+def test_each_fault_takes_only_its_own_trigger_keys():
+    with pytest.raises(UsageError, match="unknown key 'trigger.model'"):
+        scenario.load("kill9-mid-save", {"model": "strict"})
+    with pytest.raises(UsageError, match="trigger.model must be one of ordered, strict"):
+        scenario.load("power-loss", {"model": "eventual"})
+    assert scenario.load("power-loss", {"op": 3}).params()["trigger"] == {"save": 2, "op": 3, "model": "ordered"}
+    assert scenario.load("enospc", {"free_bytes": 0}).trigger.free_bytes == 0

@@ -1,24 +1,39 @@
-"""Faults the agent can fire inside the job, armed by the conductor through ``CHAOSCKPT_FAULT``.
+"""Faults the agent fires inside the job, armed by the conductor through ``CHAOSCKPT_FAULT``.
 
-A fault is a JSON object: ``{"kind": "halt", "save": 2, "at_byte": 1234}`` or with
-``"at_write": 7`` instead of ``at_byte``; ``"rank"`` limits it to one rank.
-``halt`` stops the job at that point of the save, after the bytes before it
-reached the file, and raises a flag: the conductor then SIGKILLs the whole tree.
+A fault is a JSON object with a ``kind``, the ``save`` (1-based, counted in the
+process) it concerns, one placement, and optionally ``rank`` and ``track``:
+
+- ``halt``: hold the job still and raise a flag; the conductor SIGKILLs the whole
+  tree. Placed at ``at_byte`` or before write ``at_write`` of the save, after
+  journal operation ``at_op`` counted from the save's start, or ``after_save``:
+  at the job's next step or save after the save returned (the job believes it
+  saved), or at its exit.
+- ``enospc``: the write at ``at_byte`` / ``at_write`` of the save writes what fits
+  and raises ``OSError(ENOSPC)``, as a full disk does; the job carries on as it may.
+- ``disk-full``: from the start of the save, ``free_bytes`` more bytes fit in the
+  tracked directories; every write after that fails with ENOSPC until the job exits.
+
+``track`` (a list of directories) turns the durability journal on (see ``fileops``).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from dataclasses import dataclass
-from typing import Optional
+from typing import List, Optional
 
 from chaosckpt import protocol
 
 HALT_SECONDS = 600.0
 """How long a halted job waits for the conductor's SIGKILL before exiting by itself."""
 HALT_EXIT_CODE = 86
-KINDS = ("halt",)
+PLACEMENTS = {
+    "halt": ("at_byte", "at_write", "at_op", "after_save"),
+    "enospc": ("at_byte", "at_write"),
+    "disk-full": ("free_bytes",),
+}
 
 
 class FaultSpecError(ValueError):
@@ -27,13 +42,17 @@ class FaultSpecError(ValueError):
 
 @dataclass(frozen=True)
 class ArmedFault:
-    """Where in which save the fault fires."""
+    """Which fault fires where."""
 
     kind: str
     save: int
     at_byte: Optional[int] = None
     at_write: Optional[int] = None
+    at_op: Optional[int] = None
+    after_save: bool = False
+    free_bytes: Optional[int] = None
     rank: Optional[int] = None
+    track: Optional[List[str]] = None
 
     @classmethod
     def from_json(cls, spec: dict) -> "ArmedFault":
@@ -41,20 +60,27 @@ class ArmedFault:
             fault = cls(**spec)
         except TypeError as exc:
             raise FaultSpecError(str(exc)) from None
-        if fault.kind not in KINDS or fault.save < 1 or (fault.at_byte is None) == (fault.at_write is None):
+        if fault.kind not in PLACEMENTS or fault.save < 1:
             raise FaultSpecError(f"bad fault {spec!r}")
+        placed = [p for p in PLACEMENTS[fault.kind] if getattr(fault, p) is not None and getattr(fault, p) is not False]
+        if len(placed) != 1:
+            raise FaultSpecError(f"fault {spec!r} needs exactly one of {', '.join(PLACEMENTS[fault.kind])}")
         return fault
 
     def applies_to(self, rank: Optional[int]) -> bool:
         return self.rank is None or self.rank == (rank or 0)
 
     def cut(self, writes_done: int, bytes_done: int, size: int) -> Optional[int]:
-        """Bytes of the next write to let through before firing, or None if it does not fire there."""
+        """Bytes of the next write of the save to let through before firing, or None if it does not fire there."""
         if self.at_write is not None:
             return 0 if writes_done + 1 == self.at_write else None
-        if bytes_done <= self.at_byte < bytes_done + size:
+        if self.at_byte is not None and bytes_done <= self.at_byte < bytes_done + size:
             return self.at_byte - bytes_done
         return None
+
+
+def disk_full_error() -> OSError:
+    return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
 def halt(writer, **fields: object) -> None:

@@ -14,7 +14,7 @@ from typing import Any, Optional
 import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from chaosckpt.agent import faults
+from chaosckpt.agent import sampler
 from chaosckpt.agent.recorder import Recorder
 
 
@@ -27,7 +27,7 @@ class CountingWriter:
         self._save = save
         self._path = path
         fault = recorder.fault
-        self._fault = fault if fault is not None and fault.save == save else None
+        self._fault = fault if fault is not None and fault.save == save and fault.kind in ("halt", "enospc") else None
         self.writes = 0
         self.bytes = 0
 
@@ -49,10 +49,7 @@ class CountingWriter:
         if head.nbytes:
             self._raw.write(head)
         self._raw.flush()
-        faults.halt(
-            self._recorder.writer,
-            fault=self._fault.kind,
-            save=self._save,
+        self._recorder.fire(
             write=self.writes + 1,
             bytes=self.bytes + head.nbytes,
             path=None if self._path is None else os.path.abspath(self._path),
@@ -125,7 +122,7 @@ def install(rec: Recorder) -> None:
 
     def make_save(original):
         def save(obj, f, *args, **kwargs):
-            if not rec.enabled:
+            if not rec.enabled or rec.saving:
                 return original(obj, f, *args, **kwargs)
             path = os.fspath(f) if _is_path(f) else None
             if path is not None and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
@@ -191,3 +188,28 @@ def install(rec: Recorder) -> None:
     for module in (torch, torch.random):
         _patch(module, "set_rng_state", make_rng_restore("torch-rng"))
     _patch(random, "setstate", make_rng_restore("python-rng"))
+    sampler.install(rec)
+
+
+def install_dcp(rec: Recorder) -> None:
+    """Record ``torch.distributed.checkpoint.save`` calls as saves of their checkpoint directory."""
+    import torch.distributed.checkpoint as dcp
+
+    def make_save(original):
+        def save(state_dict, *args, **kwargs):
+            if not rec.enabled or rec.saving:
+                return original(state_dict, *args, **kwargs)
+            target = kwargs.get("checkpoint_id") or getattr(kwargs.get("storage_writer"), "path", None)
+            path = os.fspath(target) if _is_path(target) else None
+            index = rec.save_begin(path, "dcp")
+            error: Optional[BaseException] = None
+            try:
+                return original(state_dict, *args, **kwargs)
+            except BaseException as exc:
+                error = exc
+                raise
+            finally:
+                rec.save_end(index, 0, 0, error)
+        return save
+
+    _patch(dcp, "save", make_save)

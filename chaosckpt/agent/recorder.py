@@ -9,14 +9,17 @@ from typing import Dict, List, Optional
 
 import torch
 
-from chaosckpt.agent import fingerprint
+from chaosckpt.agent import faults, fingerprint
 from chaosckpt.agent.channel import EventWriter
 from chaosckpt.agent.faults import ArmedFault
+from chaosckpt.agent.fileops import Journal
 
 
 def _one_line(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}".strip()
-    return text.splitlines()[0][:300] if text else type(exc).__name__
+    message = str(exc).strip()
+    if not message:
+        return type(exc).__name__
+    return f"{type(exc).__name__}: {message}".splitlines()[0][:300]
 
 
 class Recorder:
@@ -34,6 +37,28 @@ class Recorder:
         self._pending_losses: List[torch.Tensor] = []
         self._scaled: Dict[int, torch.Tensor] = {}
         self._need_digest = True
+        self.saving = False  # inside a save: saves it makes itself (DCP's items) are part of it
+        self.journal: Optional[Journal] = None
+        self._halt_pending: Optional[dict] = None
+        self._op_base = 0
+
+    def fire(self, **fields: object) -> None:
+        """The armed fault's moment has come: halt for the conductor's SIGKILL, or fail the write with ENOSPC."""
+        fields = {"fault": self.fault.kind, "save": self.fault.save, **fields}
+        if self.fault.kind == "halt":
+            faults.halt(self.writer, **fields)
+        self.emit("fault", **fields)
+        raise faults.disk_full_error()
+
+    def fire_pending(self) -> None:
+        """Halt now if a save that was to be followed by a crash has returned."""
+        if self._halt_pending is not None and self.enabled:
+            pending, self._halt_pending = self._halt_pending, None
+            self.fire(**pending)
+
+    def _count_op(self, index: int, kind: str) -> None:
+        if self.fault is not None and index - self._op_base == self.fault.at_op:
+            self.fire(op=index, after=kind)
 
     def emit(self, kind: str, **fields: object) -> None:
         if self.enabled:
@@ -82,6 +107,7 @@ class Recorder:
         """Optimizer pre-step hook: one ``step`` event per step of the primary optimizer."""
         if not self.enabled:
             return
+        self.fire_pending()
         if self._primary is None:
             self._primary = weakref.ref(optimizer)
         elif self._primary() is not optimizer:
@@ -114,7 +140,14 @@ class Recorder:
         return -1
 
     def save_begin(self, path: Optional[str], via: str) -> int:
+        self.fire_pending()
+        self.saving = True
         self.saves += 1
+        fields = {}
+        if self.journal is not None:
+            if path is not None:
+                self.journal.track(path if via == "dcp" else os.path.dirname(os.path.abspath(path)))
+            fields["op"] = self.journal.ops
         self.emit(
             "save-begin",
             save=self.saves,
@@ -122,10 +155,20 @@ class Recorder:
             path=None if path is None else os.path.abspath(path),
             via=via,
             digest=fingerprint.exact_digest(self.params()),
+            **fields,
         )
+        fault = self.fault
+        if fault is not None and fault.save == self.saves and self.journal is not None:
+            if fault.kind == "disk-full":
+                self.journal.quota = fault.free_bytes
+                self.emit("fault", fault=fault.kind, save=fault.save, free_bytes=fault.free_bytes)
+            elif fault.at_op is not None:
+                self._op_base = self.journal.ops
+                self.journal.on_op = self._count_op
         return self.saves
 
     def save_end(self, save: int, nbytes: int, writes: int, error: Optional[BaseException]) -> None:
+        self.saving = False
         self.emit(
             "save-end",
             save=save,
@@ -134,6 +177,9 @@ class Recorder:
             writes=writes,
             error=None if error is None else _one_line(error),
         )
+        fault = self.fault
+        if fault is not None and fault.after_save and fault.save == save and error is None:
+            self._halt_pending = {"after_save": True, "step": self.step}
 
     def loaded(self, path: Optional[str], result: object, error: Optional[BaseException]) -> None:
         keys = [str(k) for k in list(result)[:50]] if isinstance(result, dict) else None
@@ -158,6 +204,7 @@ class Recorder:
             local_rank=_env_int("LOCAL_RANK"),
             world_size=_env_int("WORLD_SIZE"),
             argv=argv[:20],
+            cwd=os.getcwd(),
             python=sys.version.split()[0],
             torch=torch.__version__,
             fault=None if self.fault is None else self.fault.__dict__,

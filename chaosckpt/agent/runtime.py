@@ -40,14 +40,15 @@ def role() -> str:
     return "training"
 
 
-class _TorchHook:
-    """Finds ``torch`` through the other finders and runs ``on_loaded`` right after it executes."""
+class ImportHook:
+    """Finds module ``name`` through the other finders and runs ``on_loaded`` right after it executes."""
 
-    def __init__(self, on_loaded) -> None:
+    def __init__(self, name: str, on_loaded) -> None:
+        self._name = name
         self._on_loaded = on_loaded
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname != "torch":
+        if fullname != self._name:
             return None
         sys.meta_path.remove(self)
         spec = importlib.util.find_spec(fullname)
@@ -65,7 +66,15 @@ class _TorchHook:
         try:
             self._on_loaded()
         except Exception as exc:  # the job must run even if the agent cannot; the conductor sees no events
-            sys.stderr.write(f"chaosckpt agent failed to hook torch: {type(exc).__name__}: {exc}\n")
+            sys.stderr.write(f"chaosckpt agent failed to hook {self._name}: {type(exc).__name__}: {exc}\n")
+
+
+def when_imported(name: str, on_loaded) -> None:
+    """Run ``on_loaded`` once module ``name`` is imported: now if it already is."""
+    if name in sys.modules:
+        on_loaded()
+    else:
+        sys.meta_path.insert(0, ImportHook(name, on_loaded))
 
 
 def _rank() -> Optional[int]:
@@ -76,16 +85,24 @@ def _rank() -> Optional[int]:
 def _install() -> None:
     import json
 
-    from chaosckpt.agent import faults, interpose
+    import atexit
+
+    from chaosckpt.agent import faults, fileops, interpose
     from chaosckpt.agent.channel import EventWriter
     from chaosckpt.agent.recorder import Recorder
 
     spec = os.environ.get(protocol.ENV_FAULT)
     fault = faults.ArmedFault.from_json(json.loads(spec)) if spec else None
     rank = _rank()
-    rec = Recorder(EventWriter(os.environ[protocol.ENV_RUN_DIR], rank), rank, fault)
+    run_dir = os.environ[protocol.ENV_RUN_DIR]
+    rec = Recorder(EventWriter(run_dir, rank), rank, fault)
     interpose.install(rec)
+    when_imported("torch.distributed.checkpoint", lambda: interpose.install_dcp(rec))
+    if rec.fault is not None and rec.fault.track is not None:
+        rec.journal = fileops.Journal(rec.emit, rec.fault.track, os.path.join(run_dir, "keep"))
+        fileops.install(rec.journal)
     os.register_at_fork(after_in_child=rec.disable)
+    atexit.register(rec.fire_pending)
     rec.hello()
 
 
@@ -95,7 +112,4 @@ def start() -> None:
     if _started or role() != "training":
         return
     _started = True
-    if "torch" in sys.modules:
-        _install()
-    else:
-        sys.meta_path.insert(0, _TorchHook(_install))
+    when_imported("torch", _install)

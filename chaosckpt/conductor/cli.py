@@ -24,9 +24,9 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from chaosckpt.conductor.commands import run, scenarios
+    from chaosckpt.conductor.commands import audit, history, report, run, scenarios, suite
 
-    for module in (run, scenarios):
+    for module in (run, scenarios, suite, report, history, audit):
         cli.add_command(module.command)
 
 

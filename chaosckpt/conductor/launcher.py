@@ -16,13 +16,15 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 import psutil
 
 from chaosckpt import protocol
 
 POLL_S = 0.01
+HOLD_S = 30.0
+HOLD_POLL_S = 0.05
 BOOT_DIR = Path(__file__).resolve().parent.parent / "agent" / "boot"
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -38,6 +40,8 @@ class RunSpec:
     timeout_s: float
     fault: Optional[Dict] = None
     env: Dict[str, str] = field(default_factory=dict)
+    hold: Optional[Callable[[Path], bool]] = None
+    """After a fault fires, the kill waits (at most ``HOLD_S``) until this is true of the events folder."""
 
 
 @dataclass
@@ -149,6 +153,15 @@ def _reap(procs: Dict[int, psutil.Process], exclude: int) -> None:
             pass
 
 
+def _hold(spec: RunSpec, events_dir: Path, started: float) -> None:
+    """Keep the halted job alive until the rest of it reaches the point the fault wants (``spec.hold``)."""
+    if spec.hold is None:
+        return
+    deadline = min(time.monotonic() + HOLD_S, started + spec.timeout_s)
+    while time.monotonic() < deadline and not spec.hold(events_dir):
+        time.sleep(HOLD_POLL_S)
+
+
 def launch(spec: RunSpec) -> RunResult:
     """Run ``spec`` to completion, a fired fault, or its timeout; the tree is always gone afterwards."""
     _become_subreaper()
@@ -169,6 +182,7 @@ def launch(spec: RunSpec) -> RunResult:
         while proc.poll() is None:
             if protocol.fault_flags(events_dir):
                 fault_fired = True
+                _hold(spec, events_dir, started)
                 break
             if time.monotonic() - started > spec.timeout_s:
                 timed_out = True

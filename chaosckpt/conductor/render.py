@@ -7,7 +7,8 @@ from typing import List
 
 from chaosckpt.conductor.result import Trial
 
-DIVERGENCE_CAUSES = ("rng-not-restored", "step-count-differs")
+DIVERGENCE_CAUSES = ("rng-not-restored", "step-count-differs", "epoch-order-replayed", "epoch-order-differs",
+                     "sampler-overlap", "sampler-missing")
 """Finding kinds that explain a divergence; the first one found goes into the headline."""
 
 REASONS = {
@@ -42,9 +43,20 @@ def headline(trial: Trial) -> str:
     last_good = f"the last good checkpoint was step {lg}" if lg is not None else "no checkpoint had completed"
     verdict = "PASSED" if trial.passed else "FAILED"
     outcome = trial.outcome
+    split = next((f for f in trial.findings if f.kind == "ranks-disagree"), None)
+    if split is not None and not trial.passed:
+        return f"{verdict} {name}: {split.message}; {last_good}"
     if outcome == "crashed":
         where = f" loading {trial.error_path}" if trial.error_path else ""
         return f"{verdict} {name}: resume crashed{where} ({describe_error(trial.error or 'no error recorded', trial.error_path is not None)}); {last_good}"
+    if outcome == "survived":
+        if trial.passed:
+            return (f"{verdict} {name}: the job carried on past the fault, matched the uninterrupted run over "
+                    f"{trial.compared_steps} steps, and a later resume still loaded its checkpoint")
+        if trial.error:
+            return f"{verdict} {name}: the job carried on past the fault, but a later resume failed ({trial.error})"
+        return (f"{verdict} {name}: the job carried on past the fault but diverged from the uninterrupted run "
+                f"at step {trial.first_divergent_step}")
     if outcome == "scratch":
         return f"{verdict} {name}: the resumed job restarted from scratch; {last_good} ({trial.lost_steps} steps of work lost)"
     if outcome == "older":

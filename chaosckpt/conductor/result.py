@@ -77,6 +77,8 @@ class Trial:
     compared_steps: int = 0
     tolerance: float = 0.0
     findings: List[Finding] = field(default_factory=list)
+    ranks: List[Dict[str, Any]] = field(default_factory=list)
+    """Multi-rank jobs: per rank, where it resumed from, whether it reproduced, where it stopped."""
     runs: List[RunRecord] = field(default_factory=list)
     results_dir: str = ""
 

@@ -38,6 +38,9 @@ class ProcessLog:
     loads: List[Event] = field(default_factory=list)
     restores: List[Event] = field(default_factory=list)
     fault: Optional[Event] = None
+    ops: List[Event] = field(default_factory=list)
+    passes: List[Event] = field(default_factory=list)
+    """``sampler`` events: one per DataLoader pass, in order."""
 
     def first_digest(self) -> Optional[str]:
         return self.steps[0].get("digest") if self.steps else None
@@ -69,6 +72,10 @@ def _process(events: List[Event]) -> ProcessLog:
             log.restores.append(e)
         elif kind == "fault":
             log.fault = e
+        elif kind == "op":
+            log.ops.append(e)
+        elif kind == "sampler":
+            log.passes.append(e)
     return log
 
 
@@ -111,6 +118,23 @@ class RunLog:
             if p.fault is not None:
                 return p.fault
         return None
+
+    def ops(self) -> List[Event]:
+        """Journal operations of every process, in the order they happened."""
+        return sorted((e for p in self.processes for e in p.ops), key=lambda e: (e["ts"], e["pid"], e["n"]))
+
+    def ranks(self) -> Dict[int, ProcessLog]:
+        """The training process of each rank (a job without ranks is rank 0): the last one started, after restarts."""
+        out: Dict[int, ProcessLog] = {}
+        for proc in sorted(self.processes, key=lambda p: p.hello["ts"] if p.hello else 0.0):
+            if proc.steps or proc.passes or proc.saves:
+                out[proc.rank or 0] = proc
+        return dict(sorted(out.items()))
+
+    def world_size(self) -> int:
+        """How many ranks the job ran with, as its processes say."""
+        sizes = [p.hello.get("world_size") or 1 for p in self.processes if p.hello]
+        return max(sizes + [len(self.ranks()), 1])
 
     def failed_loads(self) -> List[Event]:
         return [e for p in self.processes for e in p.loads if not e["ok"]]

@@ -21,24 +21,57 @@ if sys.version_info >= (3, 11):
 else:
     import tomli as tomllib
 
-FAULTS = ("kill",)
+TRIGGER_KEYS = {
+    "kill": ("save", "fraction", "write"),
+    "enospc": ("save", "fraction", "write", "free_bytes"),
+    "power-loss": ("save", "op", "model"),
+    "rank-skew": ("save", "fraction", "write", "rank", "variant", "offset"),
+}
+"""The trigger keys each fault kind takes; the others keep their defaults."""
+FAULTS = tuple(TRIGGER_KEYS)
+MODELS = ("ordered", "strict")
+SKEW_VARIANTS = ("kill", "offset", "reset")
+"""rank-skew: the kill alone; plus one rank's sampler epoch shifted by ``offset`` on resume; plus every epoch reset."""
+
+
+def _whole(value: object, least: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
 
 
 @dataclass(frozen=True)
 class Trigger:
-    """Where the fault fires: save number ``save``, at ``fraction`` of its bytes or before write ``write``."""
+    """Where the fault fires: save number ``save``, at ``fraction`` of its bytes or before write ``write``;
+    for ENOSPC optionally after ``free_bytes`` more bytes; for a power loss after operation ``op`` of the
+    save (else just after it returns), under durability ``model``."""
 
     save: int = 2
     fraction: float = 0.5
     write: int | None = None
+    free_bytes: int | None = None
+    op: int | None = None
+    model: str = "ordered"
+    rank: int = -1
+    """rank-skew: the rank held mid-save (and, for ``offset``, whose epoch is shifted); -1 is the last."""
+    variant: str = "kill"
+    offset: int = 1
 
     def check(self, where: str) -> None:
-        if not isinstance(self.save, int) or isinstance(self.save, bool) or self.save < 1:
+        if not _whole(self.save, 1):
             raise UsageError(f"{where}: trigger.save must be a whole number >= 1, got {self.save!r}")
         if not isinstance(self.fraction, (int, float)) or isinstance(self.fraction, bool) or not 0 <= self.fraction < 1:
             raise UsageError(f"{where}: trigger.fraction must be a number in [0, 1), got {self.fraction!r}")
-        if self.write is not None and (not isinstance(self.write, int) or isinstance(self.write, bool) or self.write < 1):
-            raise UsageError(f"{where}: trigger.write must be a whole number >= 1, got {self.write!r}")
+        for key, least in (("write", 1), ("free_bytes", 0), ("op", 0)):
+            value = getattr(self, key)
+            if value is not None and not _whole(value, least):
+                raise UsageError(f"{where}: trigger.{key} must be a whole number >= {least}, got {value!r}")
+        if self.model not in MODELS:
+            raise UsageError(f"{where}: trigger.model must be one of {', '.join(MODELS)}, got {self.model!r}")
+        if not _whole(self.rank, -1):
+            raise UsageError(f"{where}: trigger.rank must be a rank number, or -1 for the last, got {self.rank!r}")
+        if self.variant not in SKEW_VARIANTS:
+            raise UsageError(f"{where}: trigger.variant must be one of {', '.join(SKEW_VARIANTS)}, got {self.variant!r}")
+        if not _whole(self.offset, -10**6) or self.offset == 0:
+            raise UsageError(f"{where}: trigger.offset must be a whole number other than 0, got {self.offset!r}")
 
 
 @dataclass(frozen=True)
@@ -67,7 +100,8 @@ class Scenario:
     source: str
 
     def params(self) -> Dict[str, Any]:
-        return {"trigger": dataclasses.asdict(self.trigger), "expect": dataclasses.asdict(self.expect)}
+        trigger = {k: getattr(self.trigger, k) for k in TRIGGER_KEYS[self.fault]}
+        return {"trigger": trigger, "expect": dataclasses.asdict(self.expect)}
 
 
 def builtin_dir() -> Path:
@@ -85,8 +119,8 @@ def _table(data: Dict[str, Any], key: str, where: str) -> Dict[str, Any]:
     return value
 
 
-def _build(cls, values: Dict[str, Any], section: str, where: str):
-    names = [f.name for f in dataclasses.fields(cls)]
+def _build(cls, values: Dict[str, Any], section: str, where: str, names: Tuple[str, ...] = ()):
+    names = list(names) or [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(set(values) - set(names))
     if unknown:
         raise UsageError(f"{where}: unknown key '{section}.{unknown[0]}' (known: {', '.join(names)})")
@@ -129,7 +163,7 @@ def parse(text: str, where: str, overrides: Dict[str, Any] | None = None) -> Sce
         name=data["name"],
         summary=str(data.get("summary", "")),
         fault=data["fault"],
-        trigger=_build(Trigger, trigger, "trigger", where),
+        trigger=_build(Trigger, trigger, "trigger", where, TRIGGER_KEYS[data["fault"]]),
         expect=_build(Expectation, expect, "expect", where),
         source=where,
     )

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional
 
-from chaosckpt.conductor import launcher, render, sandbox, score
+from chaosckpt.conductor import arming, cache, crash, launcher, ranks, render, sandbox, score
 from chaosckpt.conductor.launcher import RunResult, RunSpec
 from chaosckpt.conductor.result import Finding, Reason, RunRecord, Trial
 from chaosckpt.conductor.runlog import ProcessLog, RunLog
@@ -25,6 +25,12 @@ class TrialOptions:
     timeout_s: float = 3600.0
     tolerance: float = 0.0
     keep_sandbox: bool = False
+    reference: Optional[Path] = None
+    """A finished reference run (``cache.run_reference``'s folder) to reuse instead of running one."""
+    exclude: List[Path] = field(default_factory=list)
+    """More paths under ``workdir`` to leave out of the sandboxes, such as the whole results folder."""
+    ckpt_dirs: List[str] = field(default_factory=list)
+    """Checkpoint directories (relative to ``workdir``) to watch besides those the reference run saved into."""
 
 
 class _Stop(Exception):
@@ -66,8 +72,9 @@ class TrialRunner:
         self.trial.headline = render.headline(self.trial)
         return self.trial
 
-    def _launch(self, name: str, argv: List[str], cwd: Path, fault: Optional[dict] = None) -> RunResult:
-        spec = RunSpec(name, argv, cwd, self.opts.results_dir / name, self.opts.timeout_s, fault)
+    def _launch(self, name: str, argv: List[str], cwd: Path, fault: Optional[dict] = None,
+                env: Optional[dict] = None, hold=None, stop_on_timeout: bool = True) -> RunResult:
+        spec = RunSpec(name, argv, cwd, self.opts.results_dir / name, self.opts.timeout_s, fault, env or {}, hold)
         result = launcher.launch(spec)
         self.trial.runs.append(
             RunRecord(
@@ -83,93 +90,96 @@ class TrialRunner:
                 events=str(result.events_dir),
             )
         )
-        if result.timed_out:
+        if result.timed_out and stop_on_timeout:
             raise _Stop("timeout", f"the {name} run did not finish within {self.opts.timeout_s:g} s (see {result.stderr})")
         if result.survivors:
             raise _Stop("survivors", f"after SIGKILL of the {name} run, pids {result.survivors} were still alive")
         return result
 
     def _sandbox(self, name: str) -> Path:
-        return sandbox.create(self.opts.workdir, self.sandbox_root / name, exclude=[self.opts.results_dir])
+        return sandbox.create(self.opts.workdir, self.sandbox_root / name, exclude=[self.opts.results_dir, *self.opts.exclude])
 
     def _reference(self) -> RunLog:
-        result = self._launch("reference", self.opts.command, self._sandbox("reference"))
-        log = RunLog.read(result.events_dir)
+        if self.opts.reference is None:
+            self._launch("reference", self.opts.command, self._sandbox("reference"))
+            record = self.trial.runs[-1]
+        else:
+            record = cache.restore(self.opts.reference, self.opts.results_dir / "reference")
+            self.trial.runs.append(record)
+            if record.timed_out:
+                raise _Stop("timeout", f"the reference run did not finish within its time limit (see {record.stderr})")
+            if record.survivors:
+                raise _Stop("survivors", f"after SIGKILL of the reference run, {record.survivors} of its processes were still alive")
+        stderr = Path(record.stderr)
+        log = RunLog.read(Path(record.events))
         if not log.agent_loaded:
+            exit_note = f"; the job exited with status {record.returncode}: {score.tail_line(stderr)}" if record.returncode else ""
             raise _Stop(
                 "agent-not-loaded",
                 "no event came from the job, so nothing can be scored; the agent needs a Python job that keeps "
-                "PYTHONPATH (python -I and -E ignore it)" + self._exit_note(result),
+                "PYTHONPATH (python -I and -E ignore it)" + exit_note,
             )
-        if result.returncode != 0:
+        if record.returncode != 0:
             raise _Stop(
                 "reference-failed",
-                f"the uninterrupted run exited with status {result.returncode}: "
-                f"{score.tail_line(result.stderr) or 'no error output'} (see {result.stderr})",
+                f"the uninterrupted run exited with status {record.returncode}: "
+                f"{score.tail_line(stderr) or 'no error output'} (see {stderr})",
             )
         if log.trainer() is None:
             raise _Stop("no-steps-recorded", "the uninterrupted run made no step of a torch.optim optimizer")
         return log
 
-    @staticmethod
-    def _exit_note(result: RunResult) -> str:
-        if result.returncode:
-            return f"; the job exited with status {result.returncode}: {score.tail_line(result.stderr)}"
-        return ""
-
-    def _arm(self, reference: RunLog) -> dict:
-        trigger = self.scenario.trigger
-        saver = reference.saver()
-        saves = saver.completed_saves() if saver is not None else []
-        if len(saves) < trigger.save:
-            raise _Stop(
-                "fault-not-triggered",
-                f"the uninterrupted run completed {len(saves)} checkpoint save(s) and the scenario interrupts save "
-                f"{trigger.save}; use --param save=N with N <= {len(saves)}, or make the job save more often",
-            )
-        target = saves[trigger.save - 1]
-        self._full_bytes = target.bytes
-        fault = {"kind": "halt", "save": trigger.save, "rank": saver.rank}
-        if trigger.write is not None:
-            if trigger.write > target.writes:
-                raise _Stop(
-                    "fault-not-triggered",
-                    f"save {trigger.save} makes {target.writes} writes; --param write={trigger.write} is past its end",
-                )
-            fault["at_write"] = trigger.write
-        else:
-            fault["at_byte"] = min(int(target.bytes * trigger.fraction), max(target.bytes - 1, 0))
-        return fault
-
     def _run(self) -> None:
         reference_log = self._reference()
         ref = reference_log.trainer()
-        fault = self._arm(reference_log)
-
+        scen = self.scenario
+        journal = arming.needs_journal(scen, sweep=False)
+        ckpt_dirs = arming.checkpoint_dirs(reference_log, self.opts.ckpt_dirs)
         work = self._sandbox("faulted")
-        faulted = self._launch("faulted", self.opts.command, work, fault)
+        roots = [str((work / rel).resolve()) for rel in ckpt_dirs]
+        try:
+            fault = (ranks.arm if scen.fault == "rank-skew" else arming.arm)(scen, reference_log, roots if journal else None)
+        except arming.NotArmable as exc:
+            raise _Stop("fault-not-triggered", str(exc)) from None
+        self._full_bytes = arming.full_bytes(reference_log, scen.trigger.save)
+        disk = crash.Disk.scan(roots) if journal else None
+
+        faulted = self._launch("faulted", self.opts.command, work, fault, hold=ranks.hold(scen, reference_log, fault))
         faulted_log = RunLog.read(faulted.events_dir)
-        if not faulted.fault_fired:
+        if not faulted_log.agent_loaded:
+            raise _Stop("agent-not-loaded", f"no event came from the faulted run: {score.tail_line(faulted.stderr)}")
+        proc, fault_step = score.fault_point(faulted_log)
+        if proc is None:
             raise _Stop(
                 "fault-not-triggered",
-                f"the job finished (status {faulted.returncode}) without reaching byte/write {fault.get('at_byte', fault.get('at_write'))} "
-                f"of save {fault['save']}; its saves differ from the uninterrupted run's",
+                f"the job finished (status {faulted.returncode}) without reaching the fault's point in save "
+                f"{fault['save']}; its saves differ from the uninterrupted run's",
             )
-        proc, fault_step = score.fault_point(faulted_log)
         event = proc.fault
         completed = proc.completed_saves(before=event["ts"])
         last_good = completed[-1].step if completed else None
         self.trial.last_good_step = last_good
         self.trial.fault = {
+            "kind": event["fault"],
             "save": event["save"],
-            "write": event["write"],
-            "bytes": event["bytes"],
             "step": fault_step,
+            **{k: event[k] for k in ("write", "bytes", "op", "free_bytes") if k in event},
             "path": self._rel(event.get("path"), work),
             "files": self._files_after_fault(proc, work),
         }
+        if scen.fault == "power-loss":
+            for op in faulted_log.ops():
+                disk.apply(op)
+            entries = disk.after_crash(scen.trigger.model)
+            crash.materialize(entries, roots)
+            self.trial.fault["model"] = scen.trigger.model
+            self.trial.fault["files"] = {self._rel(e.path, work): e.length for e in entries}
+        if not faulted.fault_fired and faulted.returncode == 0:
+            self._judge_survivor(ref, faulted_log.trainer() or proc, work)
+            return
 
-        resume = self._launch("resume", self.opts.resume_command, work)
+        resume = self._launch("resume", self.opts.resume_command, work, env=ranks.skew_env(scen, reference_log),
+                              stop_on_timeout=False)
         resume_log = RunLog.read(resume.events_dir)
         table = score.digest_table(proc, faulted_log.trainer(), ref)
         rec = score.recovery(resume_log, resume.returncode, score.tail_line(resume.stderr), last_good, table)
@@ -183,6 +193,8 @@ class TrialRunner:
         elif rec.outcome == "crashed":
             trial.lost_steps = fault_step
         trial.findings.extend(self._save_findings(proc, completed, work))
+        if disk is not None and scen.fault == "power-loss" and completed and rec.outcome != "last-good":
+            trial.findings.append(self._lost_checkpoint(completed[-1], faulted_log.ops(), disk, work))
 
         baseline = score.baseline_divergence(faulted_log.trainer() or proc, ref, self.opts.tolerance)
         if baseline is not None:
@@ -203,19 +215,78 @@ class TrialRunner:
             trial.first_divergent_step = traj.first_divergent_step
             trial.max_loss_diff = traj.max_loss_diff
             trial.findings.extend(traj.findings)
-        recovered_ok = rec.outcome in self.scenario.expect.recovered
+        ranks_ok = ranks.judge(trial, reference_log, faulted_log, resume_log, resume.returncode,
+                               score.tail_line(resume.stderr), self.opts.tolerance)
+        if resume.timed_out:
+            if ranks_ok:
+                raise _Stop("timeout", f"the resume run did not finish within {self.opts.timeout_s:g} s"
+                            + (f": {ranks.where(trial.ranks)}" if trial.ranks else "") + f" (see {resume.stderr})")
+            trial.findings.append(ranks.hung(trial.ranks, self.opts.timeout_s))
+        recovered_ok = trial.outcome in self.scenario.expect.recovered
         if recovered_ok and baseline is not None and self.scenario.expect.reproduced:
             raise _Stop("baseline-nondeterministic", f"the faulted run differed from the uninterrupted one at step "
                         f"{baseline}, before the fault; seed every random stream and use deterministic algorithms")
         if recovered_ok and self.scenario.expect.reproduced and trial.reproduced is None:
             raise _Stop("resume-took-no-steps", f"the resumed job exited with status {resume.returncode} without a step")
-        passed = recovered_ok and (trial.reproduced or not self.scenario.expect.reproduced)
+        passed = ranks_ok and recovered_ok and (trial.reproduced or not self.scenario.expect.reproduced)
         trial.status = "passed" if passed else "failed"
+
+    def _judge_survivor(self, ref: ProcessLog, faulted: ProcessLog, work: Path) -> None:
+        """The job caught the fault and finished: judge its own trajectory, then check a later resume still loads."""
+        trial = self.trial
+        trial.outcome = "survived"
+        traj = score.trajectory(ref, faulted, 0, self.opts.tolerance)
+        trial.reproduced = traj.reproduced
+        trial.compared_steps = traj.compared
+        trial.first_divergent_step = traj.first_divergent_step
+        trial.max_loss_diff = traj.max_loss_diff
+        trial.findings.extend(traj.findings)
+        resume = self._launch("resume", self.opts.resume_command, work)
+        resumable = resume.returncode == 0
+        if not resumable:
+            failed = RunLog.read(resume.events_dir).failed_loads()
+            error = failed[-1]["error"] if failed else score.tail_line(resume.stderr)
+            trial.error = error
+            trial.error_path = self._rel(failed[-1].get("path"), work) if failed else None
+            trial.findings.append(
+                Finding(
+                    "no-loadable-checkpoint",
+                    f"the job carried on past the fault and finished, but a later resume failed: {error}",
+                    {"returncode": resume.returncode},
+                )
+            )
+        expect = self.scenario.expect
+        passed = "survived" in expect.recovered and resumable and (trial.reproduced or not expect.reproduced)
+        trial.status = "passed" if passed else "failed"
+
+    def _lost_checkpoint(self, save, ops: List[dict], disk: "crash.Disk", work: Path) -> Finding:
+        """The acknowledged checkpoint the power loss took, named with the fsync it lacked."""
+        path = save.path
+        for op in ops:
+            if op["op"] == "rename" and op["src"] == path and op["ts"] >= save.ts:
+                path = op["dst"]
+        model = self.scenario.trigger.model
+        name = self._rel(path, work) or "a file object"
+        files = sorted(p for p in disk.names if path and p.startswith(path + os.sep)) if save.path else []
+        why = None
+        for candidate in files or ([path] if path else []):
+            why = crash.missing_durability(disk, candidate, model, lambda p: self._rel(p, work))
+            if why is not None:
+                if candidate != path:
+                    why = f"{self._rel(candidate, work)}: {why}"
+                break
+        return Finding(
+            "acknowledged-checkpoint-lost",
+            f"the checkpoint of step {save.step} ({name}) was acknowledged, its save had returned, but it did not "
+            f"survive the power loss under the {model} model: {why or 'it was not on disk'}",
+            {"path": name, "step": save.step, "model": model, "missing": why},
+        )
 
     def _save_findings(self, proc: ProcessLog, completed: list, work: Path) -> List[Finding]:
         """What the interrupted save did to the files: a torn file, an overwritten last good checkpoint."""
         broken = [s for s in proc.saves if s.index == proc.fault["save"]]
-        if not broken or broken[0].path is None or self.trial.outcome == "last-good":
+        mid_save = "write" in proc.fault
+        if not mid_save or not broken or broken[0].path is None or self.trial.outcome == "last-good":
             return []
         path = self._rel(broken[0].path, work)
         findings = []

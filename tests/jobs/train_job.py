@@ -4,6 +4,7 @@ import argparse
 import io
 import os
 import random
+import shutil
 import sys
 import time
 
@@ -12,7 +13,10 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 p = argparse.ArgumentParser()
-p.add_argument("--save", choices=["atomic", "inplace", "fileobj-inplace"], default="atomic")
+p.add_argument("--save", default="atomic",
+               choices=["atomic", "atomic-nodirsync", "rename-nofsync", "inplace", "fileobj-inplace", "delete-first", "dcp"])
+p.add_argument("--catch", action="store_true", help="carry on when a save fails")
+p.add_argument("--copy-best", action="store_true", help="copy each checkpoint to best.pt with shutil.copyfile")
 p.add_argument("--restore", default="torch,python,loader", help="random streams the checkpoint restores")
 p.add_argument("--epochs", type=int, default=4)
 p.add_argument("--samples", type=int, default=64)
@@ -68,24 +72,58 @@ def main():
         return "ckpt/last.pt" if args.resume_from != "oldest" else f"ckpt/epoch{epoch}.pt"
 
 
+    def fsync_dir(directory):
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
     def save(obj, path):
         if args.save == "inplace":
             torch.save(obj, path)
         elif args.save == "fileobj-inplace":
             with open(path, "wb") as f:
                 torch.save(obj, f)
+        elif args.save == "delete-first":
+            if os.path.exists(path):
+                os.remove(path)
+            torch.save(obj, path)
+        elif args.save == "dcp":
+            import torch.distributed.checkpoint as dcp
+
+            dcp.save({"model": obj["model"], "epoch": torch.tensor(obj["epoch"])}, checkpoint_id="ckpt/dcp")
         else:
             with open(path + ".tmp", "wb") as f:
                 torch.save(obj, f)
                 f.flush()
-                os.fsync(f.fileno())
+                if args.save != "rename-nofsync":
+                    os.fsync(f.fileno())
             os.replace(path + ".tmp", path)
+            if args.save == "atomic":
+                fsync_dir(os.path.dirname(path))
+        if args.copy_best:
+            shutil.copyfile(path, os.path.join(os.path.dirname(path), "best.pt"))
 
+    def save_or_carry_on(obj, path):
+        try:
+            save(obj, path)
+        except (OSError, RuntimeError) as exc:
+            if not args.catch:
+                raise
+            print(f"save failed, carrying on: {exc}", flush=True)
 
     start = 0
     candidates = sorted(f for f in os.listdir("ckpt") if f.endswith(".pt"))
     may_resume = args.resume_from != "none" and (args.resumed or not args.resume_flag)
-    if candidates and may_resume:
+    if args.save == "dcp" and os.path.exists("ckpt/dcp/.metadata") and may_resume:
+        import torch.distributed.checkpoint as dcp
+
+        state = {"model": model.state_dict(), "epoch": torch.tensor(0)}
+        dcp.load(state, checkpoint_id="ckpt/dcp")
+        model.load_state_dict(state["model"])
+        start = int(state["epoch"]) + 1
+    elif candidates and may_resume and os.path.exists(os.path.join("ckpt", candidates[0])):
         ck = torch.load(os.path.join("ckpt", candidates[0] if args.resume_from == "oldest" else "last.pt"))
         model.load_state_dict(ck["model"])
         opt.load_state_dict(ck["opt"])
@@ -104,7 +142,7 @@ def main():
             opt.zero_grad()
             loss.backward()
             opt.step()
-        save({"model": model.state_dict(), "opt": opt.state_dict(), "epoch": epoch, "torch": torch.get_rng_state(),
+        save_or_carry_on({"model": model.state_dict(), "opt": opt.state_dict(), "epoch": epoch, "torch": torch.get_rng_state(),
               "python": random.getstate(), "loader": loader_gen.get_state()}, ckpt_path(epoch))
     print("finished", flush=True)
 

@@ -5,54 +5,28 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import shutil
 import sys
-import time
 from pathlib import Path
-from typing import List, Sequence
+from typing import List, Optional
 
 import click
 
-from chaosckpt.conductor import atomic, render, scenario as scenarios
+from chaosckpt.conductor import atomic, invocation, render, scenario as scenarios
 from chaosckpt.conductor.errors import EXIT_CODES, UsageError, exit_code
 from chaosckpt.conductor.result import document
 from chaosckpt.conductor.trial import TrialOptions, run_trial
 
 
-def _command(args: Sequence[str], workdir: Path) -> List[str]:
-    """The job's command: ``SCRIPT.py [ARGS]`` runs with this Python; anything else runs as given."""
-    if not args:
-        raise UsageError("give a training script (chaosckpt run train.py ...) or a command after -- (chaosckpt run ... -- bash train.sh)")
-    first = args[0]
-    if first.endswith(".py"):
-        path = Path(first)
-        if not path.is_file():
-            raise UsageError(f"script {first} does not exist")
-        resolved = path.resolve()
-        if workdir not in resolved.parents:
-            raise UsageError(f"script {first} is outside the working directory {workdir}, which is what gets copied into the sandbox; run from its directory or pass --workdir")
-        return [sys.executable, os.path.relpath(resolved, workdir), *args[1:]]
-    if os.sep not in first and shutil.which(first) is None:
-        raise UsageError(f"command {first!r} not found on PATH")
-    if os.sep in first and not Path(first).exists():
-        raise UsageError(f"command {first} does not exist")
-    return list(args)
-
-
-def _results_dir(out: Path, name: str) -> Path:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        for n in range(1000):
-            path = out / (f"{stamp}-{name}" + (f"-{n}" if n else ""))
-            try:
-                path.mkdir()
-                return path.resolve()
-            except FileExistsError:
-                continue
-    except OSError as exc:
-        raise UsageError(f"cannot write results to {out}: {exc.strerror or exc}") from None
-    raise UsageError(f"cannot find a free results folder name under {out}")
+def _with_ranks(command: List[str], nproc: Optional[int]) -> List[str]:
+    """``--nproc N``: the script's command run as N local ranks by torch.distributed.run."""
+    if nproc is None:
+        return command
+    if nproc < 1:
+        raise UsageError(f"--nproc {nproc} is invalid: give the number of ranks, 1 or more")
+    if command[0] != sys.executable or not command[1].endswith(".py"):
+        raise UsageError("--nproc runs a SCRIPT.py; to start ranks your own way, give the launcher after --, "
+                         "e.g. -- torchrun --nproc_per_node 2 train.py")
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--standalone", *command[1:]]
 
 
 @click.command("run", epilog=EXIT_CODES)
@@ -74,8 +48,12 @@ def _results_dir(out: Path, name: str) -> Path:
 @click.option("--workdir", default=".", show_default=True, type=click.Path(path_type=Path),
               help="The job's working directory, copied into a private sandbox for every run.")
 @click.option("--keep-sandbox", is_flag=True, help="Keep the sandbox copies (with the faulted checkpoints) in the results.")
+@click.option("--ckpt-dir", "ckpt_dirs", multiple=True, metavar="DIR",
+              help="A checkpoint directory (under --workdir) the power-loss model rewrites, besides those the job saved into.")
+@click.option("--nproc", type=int, default=None, metavar="N",
+              help="Run SCRIPT.py as N ranks on this machine, through torch.distributed.run --standalone.")
 @click.option("--json", "as_json", is_flag=True, help="Print only the result document, as JSON, on stdout.")
-def command(args, scenario_name, params, resume_args, resume_cmd, timeout, tolerance, out, workdir, keep_sandbox, as_json):
+def command(args, scenario_name, params, resume_args, resume_cmd, timeout, tolerance, out, workdir, keep_sandbox, ckpt_dirs, nproc, as_json):
     """Run a training job, inject a fault, resume it, and score the recovery.
 
     \b
@@ -85,6 +63,8 @@ def command(args, scenario_name, params, resume_args, resume_cmd, timeout, toler
       chaosckpt run --scenario kill9-mid-save --resume-cmd "bash resume.sh" -- bash train.sh
       chaosckpt run train.py --scenario kill9-mid-save --resume-args=--init_from=resume
       chaosckpt run train.py --scenario kill9-mid-save -p save=3 -p fraction=0.9 --json
+      chaosckpt run train.py --nproc 2 --scenario rank-epoch-skew
+      chaosckpt run --scenario rank-epoch-skew -- torchrun --nproc_per_node 2 train.py
 
     A SCRIPT ending in .py runs with this Python interpreter; any other command
     given after -- runs as it is. The job runs in a sandbox copy of --workdir:
@@ -95,18 +75,15 @@ def command(args, scenario_name, params, resume_args, resume_cmd, timeout, toler
         raise UsageError(f"--workdir {workdir} is not a directory")
     overrides = dict(scenarios.parse_param(p) for p in params)
     scen = scenarios.load(scenario_name, overrides)
-    command = _command(args, workdir)
-    if resume_cmd is not None and resume_args is not None:
-        raise UsageError("give --resume-cmd or --resume-args, not both")
-    resume = shlex.split(resume_cmd) if resume_cmd is not None else command + shlex.split(resume_args or "")
-    if not resume:
-        raise UsageError("--resume-cmd is empty")
+    command = _with_ranks(invocation.job_command(args, workdir), nproc)
+    resume = invocation.resume_command(command, invocation.split("--resume-args", resume_args), invocation.split("--resume-cmd", resume_cmd))
     if timeout <= 0:
         raise UsageError(f"--timeout {timeout:g} is invalid: a run needs some time; give seconds > 0")
     if tolerance < 0:
         raise UsageError(f"--tolerance {tolerance:g} is invalid: use 0 for bitwise or a positive relative tolerance")
-    results = _results_dir(out, scen.name)
-    opts = TrialOptions(command, resume, workdir, results, timeout, tolerance, keep_sandbox)
+    results = invocation.results_dir(out, scen.name)
+    opts = TrialOptions(command, resume, workdir, results, timeout, tolerance, keep_sandbox, exclude=[out],
+                        ckpt_dirs=invocation.ckpt_dirs(ckpt_dirs, workdir))
     if not as_json:
         click.echo(f"chaosckpt: {scen.name} on {shlex.join(command)} (results in {os.path.relpath(results)})", err=True)
     trial = run_trial(scen, opts)

@@ -1,0 +1,79 @@
+"""From a scenario's trigger and the reference run's saves to the fault spec the agent arms.
+
+The reference run tells where save ``k`` is and how large it is, so that "half of
+save 2" becomes a byte offset, and which directories hold checkpoints, so the
+durability journal watches them in the faulted run.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Dict, List, Optional
+
+from chaosckpt.conductor.runlog import RunLog
+from chaosckpt.conductor.scenario import Scenario
+
+AGENT_KIND = {"kill": "halt", "enospc": "enospc", "power-loss": "halt"}
+
+
+class NotArmable(Exception):
+    """The reference run shows the fault can never fire (the job saves too rarely, the save is too short)."""
+
+
+def checkpoint_dirs(reference: RunLog, extra: List[str]) -> List[str]:
+    """Directories the job saved checkpoints into, relative to its working directory, plus ``extra``."""
+    found: List[str] = []
+    for proc in reference.processes:
+        cwd = (proc.hello or {}).get("cwd")
+        for save in proc.saves:
+            if save.path is None or cwd is None:
+                continue
+            rel = os.path.relpath(os.path.dirname(save.path), cwd)
+            if not rel.startswith("..") and rel not in found:
+                found.append(rel)
+    for rel in extra:
+        if rel not in found:
+            found.append(rel)
+    return found
+
+
+def needs_journal(scenario: Scenario, sweep: bool) -> bool:
+    return sweep or scenario.fault == "power-loss" or scenario.trigger.free_bytes is not None
+
+
+def arm(scenario: Scenario, reference: RunLog, track: Optional[List[str]], sweep: bool = False) -> Dict:
+    """The fault spec for ``CHAOSCKPT_FAULT``: which save, where in it, which directories to journal."""
+    trigger = scenario.trigger
+    saver = reference.saver()
+    saves = saver.completed_saves() if saver is not None else []
+    if len(saves) < trigger.save:
+        raise NotArmable(
+            f"the uninterrupted run completed {len(saves)} checkpoint save(s) and the scenario needs save "
+            f"{trigger.save}; use --param save=N with N <= {len(saves)}, or make the job save more often"
+        )
+    target = saves[trigger.save - 1]
+    fault: Dict = {"kind": AGENT_KIND[scenario.fault], "save": trigger.save, "rank": saver.rank}
+    if track is not None:
+        fault["track"] = [*track, tempfile.gettempdir()]
+    if sweep or scenario.fault == "power-loss" and trigger.op is None:
+        fault["after_save"] = True
+    elif scenario.fault == "power-loss":
+        fault["at_op"] = trigger.op
+    elif trigger.free_bytes is not None:
+        fault["kind"] = "disk-full"
+        fault["free_bytes"] = trigger.free_bytes
+    elif trigger.write is not None:
+        if trigger.write > target.writes:
+            raise NotArmable(f"save {trigger.save} makes {target.writes} writes; --param write={trigger.write} is past its end")
+        fault["at_write"] = trigger.write
+    else:
+        fault["at_byte"] = min(int(target.bytes * trigger.fraction), max(target.bytes - 1, 0))
+    return fault
+
+
+def full_bytes(reference: RunLog, save: int) -> int:
+    """Bytes save number ``save`` wrote in the reference run."""
+    saver = reference.saver()
+    saves = saver.completed_saves() if saver is not None else []
+    return saves[save - 1].bytes if len(saves) >= save else 0

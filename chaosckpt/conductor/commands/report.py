@@ -1,0 +1,47 @@
+"""``chaosckpt report``: render stored results as HTML, JUnit XML or Markdown, apart from running them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from chaosckpt.conductor.errors import UsageError
+from chaosckpt.conductor.reports import stored
+
+
+def write_reports(results: stored.Results, html_path, junit_path, markdown_path) -> None:
+    """Write each report whose path is given; a path that cannot be written is a usage error."""
+    from chaosckpt.conductor.reports import html, junit, markdown  # jinja2 and matplotlib load only when needed
+
+    for path, module in ((html_path, html), (junit_path, junit), (markdown_path, markdown)):
+        if path is None:
+            continue
+        try:
+            module.write(results, Path(path))
+        except OSError as exc:
+            raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+@click.command("report")
+@click.argument("results", type=click.Path(path_type=Path))
+@click.option("--html", "html_path", type=click.Path(path_type=Path), help="Write a self-contained HTML page here.")
+@click.option("--junit", "junit_path", type=click.Path(path_type=Path), help="Write JUnit XML here (one testcase per trial).")
+@click.option("--markdown", "markdown_path", type=click.Path(path_type=Path), help="Write a Markdown summary here (for a CI job summary).")
+def command(results, html_path, junit_path, markdown_path):
+    """Render stored RESULTS (a suite folder, a `chaosckpt run` results folder, or a result.json).
+
+    \b
+    Examples:
+      chaosckpt report chaosckpt-results/20261130-020000-suite --html report.html
+      chaosckpt report chaosckpt-results/20261130-020000-suite --junit junit.xml --markdown summary.md
+
+    With no format option, prints the Markdown summary.
+    """
+    loaded = stored.load(results)
+    if not (html_path or junit_path or markdown_path):
+        from chaosckpt.conductor.reports import markdown
+
+        click.echo(markdown.render(loaded), nl=False)
+        return
+    write_reports(loaded, html_path, junit_path, markdown_path)

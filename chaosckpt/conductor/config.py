@@ -1,0 +1,243 @@
+"""Suite configuration: ``[tool.chaosckpt]`` in ``pyproject.toml`` or the top level of ``chaosckpt.toml``.
+
+Values come from three layers, each overriding the one before: built-in
+defaults, the configuration file, the command line. Relative paths in a file
+are taken from the file's folder. Unknown keys and wrong types are usage errors
+naming the key, so a typo never silently runs the wrong suite.
+"""
+
+from __future__ import annotations
+
+import difflib
+import shlex
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from chaosckpt.conductor.errors import UsageError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
+
+FILE_NAMES = ("chaosckpt.toml", "pyproject.toml")
+"""Looked for in the current folder, then in each parent; the first that configures chaosckpt wins."""
+
+
+@dataclass(frozen=True)
+class ScenarioEntry:
+    """One configured trial: a scenario name or file, its parameter overrides, and an optional id."""
+
+    scenario: str
+    params: Dict[str, Any] = field(default_factory=dict)
+    id: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class SuiteConfig:
+    """Everything a suite needs, after defaults, file and command line are merged."""
+
+    command: Tuple[str, ...] = ()
+    resume_args: Optional[Tuple[str, ...]] = None
+    resume_command: Optional[Tuple[str, ...]] = None
+    nproc: int = 1
+    workdir: Path = Path(".")
+    scenarios: Tuple[ScenarioEntry, ...] = ()
+    tolerance: float = 0.0
+    timeout: float = 3600.0
+    results: Path = Path("chaosckpt-results")
+    jobs: int = 1
+    trials: int = 0
+    seed: Optional[int] = None
+    source: Optional[str] = None
+
+    def merged(self, **cli: Any) -> "SuiteConfig":
+        """This configuration with every command-line value that was given (not None) on top."""
+        given = {k: v for k, v in cli.items() if v is not None}
+        for key, value in given.items():
+            _CHECKS[key](f"--{key.replace('_', '-')}", value)
+        return replace(self, **given)
+
+
+def _number(key: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise UsageError(f"{key} must be a number, got {value!r}")
+
+
+def _positive_number(key: str, value: Any) -> None:
+    _number(key, value)
+    if value <= 0:
+        raise UsageError(f"{key} must be a number of seconds > 0, got {value!r}")
+
+
+def _tolerance(key: str, value: Any) -> None:
+    _number(key, value)
+    if value < 0:
+        raise UsageError(f"{key} must be 0 (bitwise) or a positive relative tolerance, got {value!r}")
+
+
+def _whole(minimum: int) -> Callable[[str, Any], None]:
+    def check(key: str, value: Any) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise UsageError(f"{key} must be a whole number >= {minimum}, got {value!r}")
+
+    return check
+
+
+def _seed(key: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise UsageError(f"{key} must be a whole number, got {value!r}")
+
+
+def _argv(key: str, value: Any) -> None:
+    if not isinstance(value, tuple) or not all(isinstance(v, str) for v in value):
+        raise UsageError(f"{key} must be a string or a list of strings, got {value!r}")
+
+
+def _path(key: str, value: Any) -> None:
+    if not isinstance(value, Path):
+        raise UsageError(f"{key} must be a path (a string), got {value!r}")
+
+
+def _entries(key: str, value: Any) -> None:
+    if not isinstance(value, tuple) or not all(isinstance(v, ScenarioEntry) for v in value):
+        raise UsageError(f"{key} must be a list of scenarios")
+
+
+_CHECKS: Dict[str, Callable[[str, Any], None]] = {
+    "command": _argv,
+    "resume_args": _argv,
+    "resume_command": _argv,
+    "nproc": _whole(1),
+    "workdir": _path,
+    "scenarios": _entries,
+    "tolerance": _tolerance,
+    "timeout": _positive_number,
+    "results": _path,
+    "jobs": _whole(1),
+    "trials": _whole(0),
+    "seed": _seed,
+}
+KEYS = tuple(k for k in _CHECKS)
+"""The keys a configuration file may hold; ``source`` is chaosckpt's own."""
+
+
+def _unknown(key: str, known: List[str], prefix: str) -> UsageError:
+    close = difflib.get_close_matches(key, known, n=1)
+    hint = f"; did you mean '{close[0]}'?" if close else f" (known: {', '.join(known)})"
+    return UsageError(f"unknown key '{prefix}{key}'{hint}")
+
+
+def _as_argv(key: str, value: Any) -> Tuple[str, ...]:
+    """A command as a TOML string (split like a shell would) or a list of strings."""
+    if isinstance(value, str):
+        try:
+            return tuple(shlex.split(value))
+        except ValueError as exc:
+            raise UsageError(f"{key} is not a valid command line: {exc}") from None
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise UsageError(f"{key} must be a string or a list of strings, got {value!r}")
+
+
+def _scenario_entry(item: Any, where: str) -> ScenarioEntry:
+    if isinstance(item, str):
+        return ScenarioEntry(item)
+    if not isinstance(item, dict):
+        raise UsageError(f"{where} must be a scenario name or a table {{scenario = ..., params = {{...}}}}, got {item!r}")
+    known = ["scenario", "params", "id"]
+    for key in item:
+        if key not in known:
+            raise _unknown(key, known, f"{where}.")
+    if not isinstance(item.get("scenario"), str) or not item["scenario"]:
+        raise UsageError(f"{where}.scenario must be a scenario name or file, got {item.get('scenario')!r}")
+    params = item.get("params", {})
+    if not isinstance(params, dict):
+        raise UsageError(f"{where}.params must be a table of parameters, e.g. {{save = 3, fraction = 0.9}}")
+    ident = item.get("id")
+    if ident is not None and (not isinstance(ident, str) or not ident.strip()):
+        raise UsageError(f"{where}.id must be a non-empty string, got {ident!r}")
+    return ScenarioEntry(item["scenario"], dict(params), ident)
+
+
+def from_table(table: Dict[str, Any], base: Path, prefix: str) -> SuiteConfig:
+    """A configuration from a parsed TOML table; ``prefix`` (``tool.chaosckpt.``) goes before key names in messages."""
+    values: Dict[str, Any] = {}
+    for key, value in table.items():
+        name = f"{prefix}{key}"
+        if key not in _CHECKS:
+            raise _unknown(key, list(KEYS), prefix)
+        if key in ("command", "resume_args", "resume_command"):
+            value = _as_argv(name, value)
+        elif key in ("workdir", "results"):
+            if not isinstance(value, str) or not value:
+                raise UsageError(f"{name} must be a path (a string), got {value!r}")
+            value = base / value
+        elif key == "scenarios":
+            if not isinstance(value, list) or not value:
+                raise UsageError(f"{name} must be a non-empty list of scenarios")
+            value = tuple(_scenario_entry(item, f"{name}[{i}]") for i, item in enumerate(value))
+        _CHECKS[key](name, value)
+        values[key] = value
+    if "resume_args" in values and "resume_command" in values:
+        raise UsageError(f"{prefix}resume_args and {prefix}resume_command: give one, not both")
+    values.setdefault("workdir", base)
+    values.setdefault("results", base / "chaosckpt-results")
+    return SuiteConfig(**values)
+
+
+def _read(path: Path) -> Dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{path}: not valid TOML: {exc}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read {path}: {exc}") from None
+
+
+def load_file(path: Path) -> SuiteConfig:
+    """The configuration in ``path``: a ``chaosckpt.toml``, or a ``pyproject.toml`` with ``[tool.chaosckpt]``."""
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"configuration file {path} does not exist")
+    data = _read(path)
+    base = path.resolve().parent
+    if path.name == "pyproject.toml":
+        table = data.get("tool", {}).get("chaosckpt")
+        if table is None:
+            raise UsageError(f"{path} has no [tool.chaosckpt] table")
+        if not isinstance(table, dict):
+            raise UsageError(f"{path}: tool.chaosckpt must be a table")
+        prefix = "tool.chaosckpt."
+    else:
+        table, prefix = data, ""
+    try:
+        config = from_table(table, base, prefix)
+    except UsageError as exc:
+        raise UsageError(f"{path.name}: {exc}") from None
+    return replace(config, source=str(path))
+
+
+def find(start: Path) -> Optional[Path]:
+    """The nearest file configuring chaosckpt, from ``start`` up to the filesystem root."""
+    for folder in [start.resolve(), *start.resolve().parents]:
+        for name in FILE_NAMES:
+            path = folder / name
+            if not path.is_file():
+                continue
+            if name == "chaosckpt.toml":
+                return path
+            tool = _read(path).get("tool", {})
+            if isinstance(tool, dict) and "chaosckpt" in tool:
+                return path
+    return None
+
+
+def load(explicit: Optional[Path], cwd: Path) -> SuiteConfig:
+    """The given file, else the nearest one found from ``cwd``, else the defaults (paths from ``cwd``)."""
+    path = explicit if explicit is not None else find(cwd)
+    if path is None:
+        return SuiteConfig(workdir=cwd.resolve(), results=cwd.resolve() / "chaosckpt-results")
+    return load_file(path)

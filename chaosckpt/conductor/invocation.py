@@ -1,0 +1,84 @@
+"""How a job is invoked, shared by ``run``, ``suite`` and the Python API: its commands and its results folder."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+from chaosckpt.conductor.errors import UsageError
+
+
+def job_command(args: Sequence[str], workdir: Path, base: Optional[Path] = None) -> List[str]:
+    """The job's command: ``SCRIPT.py [ARGS]`` runs with this Python; anything else runs as given.
+
+    A relative script path is taken from ``base`` (a configuration file's folder), else the current folder.
+    """
+    if not args:
+        raise UsageError("give a training script (chaosckpt run train.py ...) or a command after -- (chaosckpt run ... -- bash train.sh)")
+    first = args[0]
+    if first.endswith(".py"):
+        path = Path(first) if base is None else base / first
+        if not path.is_file():
+            raise UsageError(f"script {first} does not exist")
+        resolved = path.resolve()
+        if workdir not in resolved.parents:
+            raise UsageError(f"script {first} is outside the working directory {workdir}, which is what gets copied into the sandbox; run from its directory or pass --workdir")
+        return [sys.executable, os.path.relpath(resolved, workdir), *args[1:]]
+    if os.sep not in first and shutil.which(first) is None:
+        raise UsageError(f"command {first!r} not found on PATH")
+    if os.sep in first and not Path(first).exists():
+        raise UsageError(f"command {first} does not exist")
+    return list(args)
+
+
+def resume_command(command: List[str], resume_args: Optional[Sequence[str]], resume_cmd: Optional[Sequence[str]]) -> List[str]:
+    """The resume run's command: ``resume_cmd`` instead of the job's, or the job's with ``resume_args`` appended."""
+    if resume_cmd is not None and resume_args is not None:
+        raise UsageError("give --resume-cmd or --resume-args, not both")
+    resume = list(resume_cmd) if resume_cmd is not None else command + list(resume_args or ())
+    if not resume:
+        raise UsageError("--resume-cmd is empty")
+    return resume
+
+
+def results_dir(out: Path, name: str) -> Path:
+    """A new folder ``out/<timestamp>-<name>``, numbered when the name is taken."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for n in range(1000):
+            path = out / (f"{stamp}-{name}" + (f"-{n}" if n else ""))
+            try:
+                path.mkdir()
+                return path.resolve()
+            except FileExistsError:
+                continue
+    except OSError as exc:
+        raise UsageError(f"cannot write results to {out}: {exc.strerror or exc}") from None
+    raise UsageError(f"cannot find a free results folder name under {out}")
+
+
+def split(option: str, value: Optional[str]) -> Optional[List[str]]:
+    """A command-line option holding a command (``--resume-cmd 'bash resume.sh'``), split like a shell would."""
+    if value is None:
+        return None
+    try:
+        return shlex.split(value)
+    except ValueError as exc:
+        raise UsageError(f"{option} {value!r} is not a valid command line: {exc}") from None
+
+
+def ckpt_dirs(dirs: Sequence[str], workdir: Path) -> List[str]:
+    """``--ckpt-dir`` values as paths relative to the working directory, which must contain them."""
+    out = []
+    for d in dirs:
+        resolved = (workdir / d).resolve()
+        if resolved != workdir and workdir not in resolved.parents:
+            raise UsageError(f"--ckpt-dir {d} is outside the working directory {workdir}")
+        out.append(os.path.relpath(resolved, workdir))
+    return out

@@ -1,0 +1,1 @@
+"""Reports rendered from stored results, apart from running: one module per format, ``stored`` reads them."""

@@ -1,0 +1,58 @@
+"""The HTML report: one self-contained page (inline CSS and SVG, no scripts, nothing fetched) per results."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import jinja2
+from markupsafe import Markup
+
+from chaosckpt.conductor import atomic
+from chaosckpt.conductor.reports import plot
+from chaosckpt.conductor.reports.stored import Results, StoredTrial
+
+
+def timeline(stored: StoredTrial) -> List[str]:
+    """The trial's story in a few facts: steps, saves, the fault, the resume point."""
+    trial = stored.trial
+    facts = []
+    reference = stored.trainer("reference")
+    if reference is not None:
+        facts.append(f"the reference run took {len(reference.steps)} optimizer steps")
+    saver = stored.saver("reference")
+    if saver is not None and saver.completed_saves():
+        facts.append("it saved after steps " + ", ".join(str(s.step) for s in saver.completed_saves()))
+    if trial.fault:
+        fault = trial.fault
+        where = f" after {fault['bytes']} bytes (write {fault['write']})" if fault.get("bytes") is not None else ""
+        facts.append(f"the fault hit save {fault['save']}{where}, at step {fault.get('step')}, writing {fault.get('path')}")
+    if trial.last_good_step is not None:
+        facts.append(f"the last good checkpoint was step {trial.last_good_step}")
+    if trial.outcome is not None:
+        start = f" from step {trial.recovered_step}" if trial.recovered_step is not None else ""
+        facts.append(f"the resumed job: {trial.outcome}{start}" + (f", {trial.lost_steps} steps lost" if trial.lost_steps else ""))
+    if trial.first_divergent_step is not None:
+        facts.append(f"its trajectory parted from the reference at step {trial.first_divergent_step}")
+    return facts
+
+
+def _figure(stored: StoredTrial) -> Optional[Markup]:
+    drawn = plot.svg(stored)
+    return Markup(drawn) if drawn is not None else None
+
+
+def render(results: Results) -> str:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("chaosckpt.conductor.reports", "templates"),
+        autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined,
+    )
+    cards = [
+        {"stored": s, "timeline": timeline(s) if s.trial else [], "figure": _figure(s) if s.trial else None}
+        for s in results.trials
+    ]
+    return env.get_template("report.html.j2").render(results=results, cards=cards)
+
+
+def write(results: Results, path: Path) -> None:
+    atomic.write_text(path, render(results))

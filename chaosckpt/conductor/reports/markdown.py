@@ -1,0 +1,57 @@
+"""Markdown sized for a CI job summary: a table of every trial, then the failures with how to replay them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List
+
+from chaosckpt.conductor import atomic
+from chaosckpt.conductor.reports.stored import Results
+
+ICONS = {"passed": "✅", "failed": "❌", "inconclusive": "⚠️", "not-run": "⏸️"}
+MAX_DETAILS = 20
+"""Failures shown in full; a summary must stay far below CI limits (GitHub's is 1 MiB) and readable."""
+MAX_CELL = 160
+
+
+def _cell(text: str) -> str:
+    text = text.replace("|", "\\|").replace("\n", " ")
+    return text if len(text) <= MAX_CELL else text[: MAX_CELL - 1] + "…"
+
+
+def _value(value) -> str:
+    return "–" if value is None else str(value)
+
+
+def render(results: Results) -> str:
+    lines: List[str] = [
+        f"## {results.title}: {results.summary()}",
+        "",
+        f"`{results.command}`" + (f" · {results.created}" if results.created else "") + f" · chaosckpt {results.version}",
+        "",
+        "| | trial | lost steps | first divergent step | verdict |",
+        "|---|---|---|---|---|",
+    ]
+    for stored in results.trials:
+        trial = stored.trial
+        verdict = trial.headline if trial else "not run"
+        lost = _value(trial.lost_steps) if trial else "–"
+        divergent = _value(trial.first_divergent_step) if trial else "–"
+        lines.append(f"| {ICONS[stored.status]} | `{stored.id}` | {lost} | {divergent} | {_cell(verdict)} |")
+    bad = [t for t in results.trials if t.status in ("failed", "inconclusive")]
+    if bad:
+        lines += ["", "### Failed and inconclusive trials", ""]
+    for stored in bad[:MAX_DETAILS]:
+        trial = stored.trial
+        lines += [f"<details><summary>{ICONS[stored.status]} <code>{stored.id}</code></summary>", "", trial.headline, ""]
+        lines += [f"- **{f.kind}**: {f.message}" for f in trial.findings]
+        if stored.replay:
+            lines += ["", "Replay it:", "", "```sh", stored.replay, "```"]
+        lines += ["", "</details>", ""]
+    if len(bad) > MAX_DETAILS:
+        lines.append(f"… and {len(bad) - MAX_DETAILS} more; see the HTML report or `chaosckpt report {results.source}`.")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def write(results: Results, path: Path) -> None:
+    atomic.write_text(path, render(results))

@@ -1,0 +1,108 @@
+"""Suite configuration: where it is found, what it accepts, and that the command line overrides it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from chaosckpt.conductor import config
+from chaosckpt.conductor.errors import UsageError
+from conftest import run_chaosckpt
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def test_pyproject_table_is_read_with_paths_from_its_folder(tmp_path):
+    write(tmp_path / "pyproject.toml", """
+[project]
+name = "job"
+
+[tool.chaosckpt]
+command = ["train.py", "--epochs", "3"]
+resume_args = "--resume yes"
+nproc = 1
+tolerance = 1e-6
+timeout = 120
+results = "out"
+jobs = 2
+scenarios = ["kill9-mid-save", { scenario = "kill9-mid-save", id = "late", params = { save = 3, fraction = 0.9 } }]
+""")
+    sub = tmp_path / "src" / "deep"
+    sub.mkdir(parents=True)
+
+    conf = config.load(None, sub)
+
+    assert conf.source == str(tmp_path / "pyproject.toml")
+    assert conf.command == ("train.py", "--epochs", "3")
+    assert conf.resume_args == ("--resume", "yes")
+    assert (conf.tolerance, conf.timeout, conf.jobs, conf.nproc) == (1e-6, 120, 2, 1)
+    assert conf.results == tmp_path / "out" and conf.workdir == tmp_path
+    assert conf.scenarios == (config.ScenarioEntry("kill9-mid-save"),
+                              config.ScenarioEntry("kill9-mid-save", {"save": 3, "fraction": 0.9}, "late"))
+
+
+def test_chaosckpt_toml_wins_over_pyproject_in_the_same_folder(tmp_path):
+    write(tmp_path / "pyproject.toml", "[tool.chaosckpt]\ntimeout = 5\n")
+    write(tmp_path / "chaosckpt.toml", "timeout = 7\n")
+    assert config.load(None, tmp_path).timeout == 7
+
+
+def test_a_pyproject_without_the_table_is_passed_over(tmp_path):
+    write(tmp_path / "pyproject.toml", "[project]\nname = 'x'\n")
+    conf = config.load(None, tmp_path)
+    assert conf.source is None and conf.timeout == 3600.0 and conf.workdir == tmp_path.resolve()
+
+
+def test_command_line_values_override_the_file(tmp_path):
+    conf = config.load(write(tmp_path / "chaosckpt.toml", "timeout = 7\ntolerance = 0.1\njobs = 3\n"), tmp_path)
+    merged = conf.merged(timeout=9.0, tolerance=None, jobs=None)
+    assert (merged.timeout, merged.tolerance, merged.jobs) == (9.0, 0.1, 3)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("timout = 5\n", "unknown key 'timout'; did you mean 'timeout'?"),
+        ("timeout = '10m'\n", "timeout must be a number, got '10m'"),
+        ("timeout = 0\n", "timeout must be a number of seconds > 0, got 0"),
+        ("jobs = 1.5\n", "jobs must be a whole number >= 1, got 1.5"),
+        ("nproc = true\n", "nproc must be a whole number >= 1, got True"),
+        ("command = 3\n", "command must be a string or a list of strings, got 3"),
+        ("scenarios = [{ scenario = 'kill9-mid-save', parms = {} }]\n", "unknown key 'scenarios[0].parms'; did you mean 'params'?"),
+        ("scenarios = [{ scenario = 'kill9-mid-save', params = 3 }]\n", "scenarios[0].params must be a table"),
+        ("resume_args = '-r'\nresume_command = 'x'\n", "give one, not both"),
+    ],
+)
+def test_bad_values_name_the_key(tmp_path, text, message):
+    path = write(tmp_path / "chaosckpt.toml", text)
+    with pytest.raises(UsageError, match=None) as info:
+        config.load(path, tmp_path)
+    assert message in str(info.value)
+    assert str(info.value).startswith("chaosckpt.toml: ")
+
+
+def test_the_cli_prints_a_config_error_in_one_line_with_exit_2(project):
+    write(project / "pyproject.toml", "[tool.chaosckpt]\ncommand = 'train.py'\nseed = 'x'\n")
+    res = run_chaosckpt(["suite"], cwd=project)
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines() == ["chaosckpt: error: pyproject.toml: tool.chaosckpt.seed must be a whole number, got 'x'"]
+
+
+def test_more_than_one_rank_is_refused_until_multi_rank_exists(project):
+    res = run_chaosckpt(["suite", "train.py", "--nproc", "2"], cwd=project)
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines() == [
+        f"chaosckpt: error: nproc = 2: multi-rank runs are not available yet in chaosckpt {__import__('chaosckpt').__version__}; set nproc = 1"
+    ]
+    assert not (project / "chaosckpt-results").exists()
+
+
+def test_an_unknown_scenario_is_refused_before_anything_runs(project):
+    write(project / "chaosckpt.toml", "command = 'train.py'\nscenarios = ['kill9-mid-save', 'nope']\n")
+    res = run_chaosckpt(["suite"], cwd=project)
+    assert res.returncode == 2 and "unknown scenario 'nope'" in res.stderr
+    assert not (project / "chaosckpt-results").exists()

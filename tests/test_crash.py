@@ -1,0 +1,149 @@
+"""The durability models on hand-written journals, over a fake filesystem."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from chaosckpt.conductor import crash
+
+ROOT = "/w/ckpt"
+
+
+def ino(n):
+    return [1, n]
+
+
+def disk_with_old_checkpoint(fs):
+    fs.create_file(f"{ROOT}/last.pt", contents=b"OLD-CHECKPOINT")
+    disk = crash.Disk.scan([ROOT])
+    old = disk.names[f"{ROOT}/last.pt"]
+    return disk, old
+
+
+def atomic_save(disk, fs, fsync=True, dirsync=True, keep="/keep/old"):
+    fs.create_file(f"{ROOT}/last.pt.tmp", contents=b"NEW-CHECKPOINT-DATA")
+    ops = [
+        {"op": "open", "path": f"{ROOT}/last.pt.tmp", "ino": ino(99), "created": True, "trunc": True, "size": 0},
+        {"op": "write", "ino": ino(99), "off": 0, "len": 10},
+        {"op": "write", "ino": ino(99), "off": 10, "len": 9},
+    ]
+    if fsync:
+        ops.append({"op": "fsync", "ino": ino(99), "size": 19})
+    ops.append({"op": "rename", "src": f"{ROOT}/last.pt.tmp", "dst": f"{ROOT}/last.pt", "ino": ino(99),
+                "replaced": list(disk.names[f"{ROOT}/last.pt"]), "keep": keep})
+    if dirsync:
+        ops.append({"op": "dirsync", "path": ROOT})
+    # the disk when the job is killed: the rename happened, the agent kept the replaced inode
+    fs.makedirs(os.path.dirname(keep), exist_ok=True)
+    os.rename(f"{ROOT}/last.pt", keep)
+    os.rename(f"{ROOT}/last.pt.tmp", f"{ROOT}/last.pt")
+    for op in ops:
+        disk.apply(op)
+    return ops
+
+
+def contents(entries):
+    out = {}
+    for e in entries:
+        data = b""
+        if e.length:
+            with open(e.source, "rb") as f:
+                data = f.read(e.length)
+        out[os.path.basename(e.path)] = data
+    return out
+
+
+def test_scan_takes_what_is_on_disk_as_durable(fs):
+    disk, old = disk_with_old_checkpoint(fs)
+    for model in crash.MODELS:
+        assert contents(disk.after_crash(model)) == {"last.pt": b"OLD-CHECKPOINT"}
+
+
+def test_complete_atomic_save_survives_every_model(fs):
+    disk, _ = disk_with_old_checkpoint(fs)
+    atomic_save(disk, fs)
+    for model in crash.MODELS:
+        assert contents(disk.after_crash(model)) == {"last.pt": b"NEW-CHECKPOINT-DATA"}, model
+    assert crash.missing_durability(disk, f"{ROOT}/last.pt", "strict") is None
+
+
+def test_rename_without_fsync_comes_back_empty_under_ordered(fs):
+    disk, _ = disk_with_old_checkpoint(fs)
+    atomic_save(disk, fs, fsync=False)
+    assert contents(disk.after_crash("none")) == {"last.pt": b"NEW-CHECKPOINT-DATA"}
+    assert contents(disk.after_crash("ordered")) == {"last.pt": b""}
+    assert crash.missing_durability(disk, f"{ROOT}/last.pt", "ordered") == "its data was not fsynced (0 of 19 bytes durable)"
+
+
+def test_rename_without_directory_fsync_is_undone_under_strict(fs):
+    disk, _ = disk_with_old_checkpoint(fs)
+    atomic_save(disk, fs, dirsync=False)
+    assert contents(disk.after_crash("ordered")) == {"last.pt": b"NEW-CHECKPOINT-DATA"}
+    assert contents(disk.after_crash("strict")) == {"last.pt": b"OLD-CHECKPOINT"}
+    why = crash.missing_durability(disk, f"{ROOT}/last.pt", "strict", name=lambda p: "ckpt")
+    assert why == "its name was not made durable: no fsync of ckpt/ after it was created or renamed"
+
+
+def test_crash_points_inside_a_save(fs):
+    disk, _ = disk_with_old_checkpoint(fs)
+    start = disk.fork()
+    ops = atomic_save(disk, fs)
+    seen = []
+    for cut in range(len(ops) + 1):
+        d = start.fork()
+        for op in ops[:cut]:
+            d.apply(op)
+        seen.append(contents(d.after_crash("ordered", final=disk)))
+    assert seen[0] == {"last.pt": b"OLD-CHECKPOINT"}
+    assert seen[1] == seen[3] == {"last.pt": b"OLD-CHECKPOINT", "last.pt.tmp": b""}
+    assert seen[4] == {"last.pt": b"OLD-CHECKPOINT", "last.pt.tmp": b"NEW-CHECKPOINT-DATA"}
+    assert seen[5] == seen[6] == {"last.pt": b"NEW-CHECKPOINT-DATA"}
+
+
+def test_truncation_after_fsync_keeps_the_durable_prefix(fs):
+    fs.create_file(f"{ROOT}/run.pt", contents=b"new-bytes")
+    fs.create_file("/keep/run.1", contents=b"DURABLE")
+    disk = crash.Disk(roots=[ROOT])
+    disk.apply({"op": "open", "path": f"{ROOT}/run.pt", "ino": ino(5), "created": True, "trunc": True, "size": 0})
+    disk.apply({"op": "write", "ino": ino(5), "off": 0, "len": 7})
+    disk.apply({"op": "fsync", "ino": ino(5), "size": 7})
+    disk.apply({"op": "open", "path": f"{ROOT}/run.pt", "ino": ino(5), "created": False, "trunc": True, "size": 0,
+                "keep": "/keep/run.1"})
+    disk.apply({"op": "write", "ino": ino(5), "off": 0, "len": 9})
+    assert contents(disk.after_crash("ordered")) == {"run.pt": b"DURABLE"}
+    assert contents(disk.after_crash("none")) == {"run.pt": b"new-bytes"}
+
+
+def test_unlink_survives_only_a_directory_fsync_under_strict(fs):
+    fs.create_file("/keep/gone", contents=b"OLD")
+    fs.create_dir(ROOT)
+    disk = crash.Disk.scan([ROOT])
+    disk.apply({"op": "open", "path": f"{ROOT}/a.pt", "ino": ino(7), "created": True, "trunc": True, "size": 0})
+    disk.apply({"op": "write", "ino": ino(7), "off": 0, "len": 3})
+    disk.apply({"op": "fsync", "ino": ino(7), "size": 3})
+    disk.apply({"op": "dirsync", "path": ROOT})
+    disk.apply({"op": "unlink", "path": f"{ROOT}/a.pt", "ino": ino(7), "keep": "/keep/gone"})
+    assert contents(disk.after_crash("ordered")) == {}
+    assert contents(disk.after_crash("strict")) == {"a.pt": b"OLD"}
+    disk.apply({"op": "dirsync", "path": ROOT})
+    assert contents(disk.after_crash("strict")) == {}
+
+
+def test_materialize_rewrites_the_roots(fs):
+    fs.create_file(f"{ROOT}/last.pt", contents=b"whole file")
+    fs.create_file(f"{ROOT}/stray.tmp", contents=b"x")
+    entries = [crash.Entry(f"{ROOT}/last.pt", f"{ROOT}/last.pt", 5), crash.Entry(f"{ROOT}/sub/empty.pt", None, 0)]
+    crash.materialize(entries, [ROOT])
+    assert sorted(os.listdir(ROOT)) == ["last.pt", "sub"]
+    assert open(f"{ROOT}/last.pt", "rb").read() == b"whole"
+    assert open(f"{ROOT}/sub/empty.pt", "rb").read() == b""
+
+
+@pytest.mark.parametrize("model", crash.MODELS)
+def test_paths_outside_the_roots_are_not_materialized(fs, model):
+    fs.create_dir(ROOT)
+    disk = crash.Disk.scan([ROOT])
+    disk.apply({"op": "open", "path": "/tmp/x", "ino": ino(8), "created": True, "trunc": True, "size": 0})
+    assert disk.after_crash(model) == []

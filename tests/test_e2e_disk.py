@@ -1,0 +1,129 @@
+"""ENOSPC and power loss end to end, on each way a job writes its checkpoint."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from chaosckpt.conductor import launcher
+from chaosckpt.conductor.runlog import RunLog
+from conftest import run_chaosckpt
+
+pytestmark = pytest.mark.e2e
+
+
+def trial(project, tmp_path, scenario, *args):
+    res = run_chaosckpt(["run", "train.py", "-s", scenario, "--json", "--out", str(tmp_path / "r"), *args], cwd=project)
+    assert res.returncode in (0, 1), res.stdout + res.stderr
+    return res.returncode, res.trial
+
+
+def kinds(t):
+    return [f["kind"] for f in t["findings"]]
+
+
+# --- ENOSPC --------------------------------------------------------------------------------------
+
+def test_enospc_on_the_fourth_write_tears_an_in_place_checkpoint(project, tmp_path):
+    rc, t = trial(project, tmp_path, "enospc", "-p", "write=4", "--", "--epochs", "3", "--save", "inplace")
+    assert rc == 1 and t["outcome"] == "crashed" and t["error_path"] == "ckpt/last.pt"
+    assert t["fault"]["kind"] == "enospc" and t["fault"]["write"] == 4
+    assert "torn-checkpoint" in kinds(t) and "in-place-save" in kinds(t)
+
+
+def test_enospc_on_the_fourth_write_leaves_an_atomic_job_its_checkpoint(project, tmp_path):
+    rc, t = trial(project, tmp_path, "enospc", "-p", "write=4", "--", "--epochs", "3")
+    assert rc == 0 and t["outcome"] == "last-good" and t["reproduced"] is True
+    assert t["recovered_step"] == t["last_good_step"] == 8
+
+
+def test_enospc_after_deleting_the_old_checkpoint_fails(project, tmp_path):
+    rc, t = trial(project, tmp_path, "enospc", "--", "--epochs", "3", "--save", "delete-first")
+    assert rc == 1 and t["outcome"] == "crashed"
+
+
+def test_enospc_with_rename_but_no_fsync_passes(project, tmp_path):
+    rc, t = trial(project, tmp_path, "enospc", "--", "--epochs", "3", "--save", "rename-nofsync")
+    assert rc == 0 and t["outcome"] == "last-good"
+
+
+def test_a_job_that_catches_enospc_and_carries_on_survives(project, tmp_path):
+    rc, t = trial(project, tmp_path, "enospc", "--", "--epochs", "3", "--catch")
+    assert rc == 0 and t["outcome"] == "survived" and t["reproduced"] is True
+    assert t["compared_steps"] == 24
+    assert t["headline"].startswith("PASSED enospc: the job carried on past the fault")
+
+
+def test_a_full_disk_that_stays_full_leaves_an_in_place_job_nothing_to_resume(project, tmp_path):
+    rc, t = trial(project, tmp_path, "enospc", "-p", "free_bytes=0", "--", "--epochs", "3", "--save", "inplace", "--catch")
+    assert rc == 1 and t["outcome"] == "survived"
+    assert t["fault"]["kind"] == "disk-full" and t["fault"]["free_bytes"] == 0
+    assert "no-loadable-checkpoint" in kinds(t)
+
+
+# --- power loss ----------------------------------------------------------------------------------
+
+def test_power_loss_spares_a_fully_durable_save_under_both_models(project, tmp_path):
+    for model in ("ordered", "strict"):
+        rc, t = trial(project, tmp_path, "power-loss", "-p", f'model="{model}"', "--", "--epochs", "3")
+        assert rc == 0, t["headline"]
+        assert t["outcome"] == "last-good" and t["recovered_step"] == t["last_good_step"] == 16
+        assert t["fault"]["model"] == model and t["fault"]["files"]["ckpt/last.pt"] > 0
+
+
+def test_power_loss_empties_a_renamed_file_that_was_never_fsynced(project, tmp_path):
+    rc, t = trial(project, tmp_path, "power-loss", "--", "--epochs", "3", "--save", "rename-nofsync")
+    assert rc == 1 and t["outcome"] == "crashed"
+    assert t["fault"]["files"]["ckpt/last.pt"] == 0
+    (lost,) = [f for f in t["findings"] if f["kind"] == "acknowledged-checkpoint-lost"]
+    assert lost["path"] == "ckpt/last.pt" and lost["step"] == 16
+    assert lost["missing"].startswith("its data was not fsynced (0 of ")
+
+
+def test_power_loss_undoes_a_rename_without_directory_fsync_under_strict(project, tmp_path):
+    rc, t = trial(project, tmp_path, "power-loss", "-p", 'model="strict"', "--", "--epochs", "3", "--save", "atomic-nodirsync")
+    assert rc == 1 and t["outcome"] in ("scratch", "older")
+    (lost,) = [f for f in t["findings"] if f["kind"] == "acknowledged-checkpoint-lost"]
+    assert lost["missing"] == "its name was not made durable: no fsync of ckpt/ after it was created or renamed"
+
+
+def test_power_loss_after_an_in_place_save(project, tmp_path):
+    rc, t = trial(project, tmp_path, "power-loss", "--", "--epochs", "3", "--save", "inplace")
+    assert rc == 1 and t["outcome"] == "crashed"
+    assert "acknowledged-checkpoint-lost" in kinds(t)
+
+
+def test_power_loss_after_an_operation_inside_the_save(project, tmp_path):
+    rc, t = trial(project, tmp_path, "power-loss", "-p", "op=2", "--", "--epochs", "3")
+    assert rc == 0 and t["fault"]["op"] > 0
+    assert t["outcome"] == "last-good" and t["recovered_step"] == 8
+
+
+def test_torch_distributed_checkpoint_is_journaled_and_judged(project, tmp_path):
+    rc, t = trial(project, tmp_path, "power-loss", "-p", "expect.reproduced=false", "--", "--epochs", "3", "--save", "dcp")
+    ops = RunLog.read(Path(t["runs"][1]["events"])).ops()
+    renames = [(Path(o["src"]).name, Path(o["dst"]).name) for o in ops if o["op"] == "rename"]
+    assert (".metadata.tmp", ".metadata") in renames
+    metadata = [o for o in ops if o["op"] in ("write", "fsync") and str(o.get("path", "")).endswith(".metadata.tmp")]
+    synced_after_write = metadata[-1]["op"] == "fsync"
+    if synced_after_write:
+        assert rc == 0 and t["outcome"] == "last-good"
+    else:  # torch 2.13 fsyncs .metadata.tmp before its buffered bytes are written
+        assert rc == 1
+        (lost,) = [f for f in t["findings"] if f["kind"] == "acknowledged-checkpoint-lost"]
+        assert lost["path"] == "ckpt/dcp" and lost["missing"].startswith("ckpt/dcp/.metadata: its data was not fsynced")
+
+
+def test_copyfile_through_sendfile_is_journaled(project, tmp_path):
+    fault = {"kind": "halt", "save": 99, "after_save": True, "track": [str(project / "ckpt")]}
+    spec = launcher.RunSpec("copy", [sys.executable, "train.py", "--epochs", "1", "--copy-best"], project,
+                            tmp_path / "copy", 120, fault)
+    result = launcher.launch(spec)
+    assert result.returncode == 0, result.stderr.read_text()
+    ops = RunLog.read(result.events_dir).ops()
+    best = [o for o in ops if str(o.get("path", "")).endswith("best.pt")]
+    assert [o["op"] for o in best][:1] == ["open"] and any(o["op"] == "write" and o["len"] > 0 for o in best)
+    size = (project / "ckpt" / "best.pt").stat().st_size
+    assert sum(o["len"] for o in best if o["op"] == "write") == size

@@ -1,0 +1,123 @@
+"""Reports rendered from stored results: HTML (checked in a real headless browser), JUnit XML, Markdown."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from chaosckpt.conductor.reports import html, junit, markdown, stored
+from chaosckpt.conductor.suite import Plan, PlannedTrial
+from conftest import run_chaosckpt
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or ("/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)
+
+
+def events(folder: Path, steps: int, first: int = 1, saves=(), bump: float = 0.0) -> None:
+    """An event file as the agent writes it: ``steps`` steps of a decreasing loss, and completed ``saves``."""
+    (folder / "events").mkdir(parents=True)
+    lines = [{"v": 1, "t": "hello", "ts": 0.0, "pid": 7, "rank": None}]
+    for i in range(steps):
+        step = first + i
+        lines.append({"v": 1, "t": "step", "ts": float(step), "pid": 7, "step": i + 1, "opt": 0,
+                      "loss": [1.0 / step + (bump if step > 6 else 0.0)], "rng": {}})
+        if step in saves:
+            lines.append({"v": 1, "t": "save-begin", "ts": step + 0.5, "pid": 7, "save": saves.index(step) + 1, "step": step,
+                          "path": "/x/ckpt.pt", "digest": f"d{step}"})
+            lines.append({"v": 1, "t": "save-end", "ts": step + 0.6, "pid": 7, "save": saves.index(step) + 1, "ok": True,
+                          "bytes": 100, "writes": 3})
+    (folder / "events" / "events.x.7.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines))
+
+
+def trial_doc(status: str, headline: str, folder: Path, **fields) -> dict:
+    runs = [{"name": n, "command": ["python", "train.py"], "returncode": 0, "duration_s": 1.5, "timed_out": False,
+             "fault_fired": n == "faulted", "survivors": 0, "stdout": "", "stderr": "", "events": str(folder / n / "events")}
+            for n in ("reference", "faulted", "resume")]
+    return {"format": 1, "trials": [{"scenario": "kill9-mid-save", "status": status, "headline": headline,
+                                     "params": {"trigger": {"save": 2, "fraction": 0.5, "write": None}}, "runs": runs,
+                                     "results_dir": str(folder), "findings": [], **fields}]}
+
+
+@pytest.fixture
+def suite_dir(tmp_path: Path) -> Path:
+    """A stored suite of three trials: one passed, one failed (diverged, with a finding), one never run."""
+    folder = tmp_path / "suite"
+    plan = Plan(args=["train.py"], command=["python", "train.py"], resume_command=["python", "train.py"], resume_option=[],
+                workdir=str(tmp_path), results=str(tmp_path), timeout=3600.0, tolerance=0.0, nproc=1, seed=None,
+                trials=[PlannedTrial("ok", "kill9-mid-save", {}), PlannedTrial("bad<b>", "kill9-mid-save", {"save": 2, "fraction": 0.25}),
+                        PlannedTrial("later", "kill9-mid-save", {})],
+                reference_key="k", created="2026-11-30 02:00:00")
+    folder.mkdir()
+    (folder / "suite.json").write_text(json.dumps(plan.to_dict()))
+    ok, bad = folder / "trials" / "ok", folder / "trials" / "bad<b>"
+    for trial_folder, bump in ((ok, 0.0), (bad, 0.3)):
+        events(trial_folder / "reference", 12, saves=(4, 8, 12))
+        events(trial_folder / "faulted", 8, saves=(4,))
+        events(trial_folder / "resume", 8, first=5, bump=bump)
+    fault = {"save": 2, "write": 2, "bytes": 50, "step": 8, "path": "ckpt.pt", "files": {}}
+    (ok / "result.json").write_text(json.dumps(trial_doc(
+        "passed", "PASSED kill9-mid-save: resumed from the last good checkpoint (step 4) and reproduced all 8 following steps bitwise",
+        ok, fault=fault, last_good_step=4, recovered_step=4, outcome="last-good", lost_steps=4, reproduced=True, compared_steps=8)))
+    (bad / "result.json").write_text(json.dumps(trial_doc(
+        "failed", "FAILED kill9-mid-save: resumed from the last good checkpoint (step 4) but diverged from the uninterrupted run at step 7 <script>",
+        bad, fault=fault, last_good_step=4, recovered_step=4, outcome="last-good", lost_steps=4, reproduced=False,
+        first_divergent_step=7, max_loss_diff=0.3, compared_steps=8,
+        findings=[{"kind": "rng-not-restored", "message": "the numpy stream was not restored", "stream": "numpy"}])))
+    return folder
+
+
+def test_junit_has_one_testcase_per_trial_and_the_headline_as_failure_message(suite_dir):
+    root = ET.fromstring(junit.render(stored.load(suite_dir)))
+    cases = {c.get("name"): c for c in root.iter("testcase")}
+    assert list(cases) == ["ok", "bad<b>", "later"]
+    assert cases["ok"].find("failure") is None and cases["ok"].find("skipped") is None
+    failure = cases["bad<b>"].find("failure")
+    assert failure.get("message").startswith("FAILED kill9-mid-save: resumed from the last good checkpoint (step 4) but diverged")
+    assert "rng-not-restored: the numpy stream was not restored" in failure.text
+    assert "chaosckpt run --scenario kill9-mid-save -p save=2 -p fraction=0.25" in failure.text
+    assert cases["later"].find("skipped") is not None
+    assert (root.get("tests"), root.get("failures"), root.get("skipped")) == ("3", "1", "1")
+
+
+def test_markdown_summary_tables_every_trial_and_details_the_failure(suite_dir):
+    text = markdown.render(stored.load(suite_dir))
+    assert text.startswith("## chaosckpt suite suite: 1 passed, 1 failed, 1 not run\n")
+    assert "| ❌ | `bad<b>` | 4 | 7 |" in text and "| ✅ | `ok` | 4 | – |" in text and "| ⏸️ | `later` |" in text
+    assert "chaosckpt run --scenario kill9-mid-save -p save=2 -p fraction=0.25 -- train.py" in text
+    assert len(text) < 4000
+
+
+def test_html_is_one_self_contained_page_with_a_plot_per_trial_that_ran(suite_dir):
+    page = html.render(stored.load(suite_dir))
+    assert page.count("<svg") == 2
+    assert "<script" not in page.replace("&lt;script&gt;", "")  # the headline's text is escaped, never markup
+    assert "bad&lt;b&gt;" in page
+    assert not [u for u in ("src=\"http", "href=\"http", "@import", "url(http") if u in page]
+    assert "the fault hit save 2 after 50 bytes (write 2), at step 8" in page
+    assert "rng-not-restored" in page and "first divergent step" in page
+
+
+def test_the_report_command_writes_the_formats_asked_for(suite_dir, tmp_path):
+    res = run_chaosckpt(["report", str(suite_dir), "--html", "r.html", "--junit", "j.xml", "--markdown", "s.md"], cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert [(tmp_path / n).stat().st_size > 0 for n in ("r.html", "j.xml", "s.md")] == [True, True, True]
+    missing = run_chaosckpt(["report", str(tmp_path / "nothing")], cwd=tmp_path)
+    assert missing.returncode == 2 and "holds no chaosckpt results" in missing.stderr
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no chromium on this machine (Debian: apt-get install chromium) to render the HTML report in")
+def test_the_html_report_renders_in_headless_chromium(suite_dir, tmp_path):
+    page = tmp_path / "report.html"
+    html.write(stored.load(suite_dir), page)
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+    shot = tmp_path / "shot.png"
+    subprocess.run([CHROMIUM, *flags, f"--screenshot={shot}", "--window-size=1000,2000", page.as_uri()],
+                   capture_output=True, timeout=120, check=True)
+    dom = subprocess.run([CHROMIUM, *flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120, check=True).stdout
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+    assert dom.count("<svg") == 2 and 'id="bad<b>"' in dom.replace("&lt;", "<").replace("&gt;", ">")

@@ -1,0 +1,158 @@
+"""``chaosckpt suite`` end to end: real jobs, a shared reference run, reports, history, seeded random trials."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import shutil
+import sqlite3
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, processes_of, run_chaosckpt
+
+pytestmark = pytest.mark.e2e
+
+
+def example(tmp_path: Path, name: str, config: str) -> Path:
+    project = tmp_path / "project"
+    project.mkdir()
+    shutil.copy(REPO / "examples" / name, project / "train.py")
+    (project / "chaosckpt.toml").write_text(config)
+    return project
+
+
+def suite_folder(project: Path) -> Path:
+    folders = sorted((project / "chaosckpt-results").glob("*-suite*"))
+    return folders[-1]
+
+
+def replays(stdout: str):
+    return [line.split("replay: ", 1)[1] for line in stdout.splitlines() if line.strip().startswith("replay: ")]
+
+
+def test_robust_suite_passes_reuses_its_reference_and_repeats_its_random_points(tmp_path):
+    project = example(tmp_path, "robust_train.py", 'command = "train.py --epochs 2"\njobs = 2\nscenarios = ["kill9-mid-save"]\n')
+
+    first = run_chaosckpt(["suite", "--trials", "2", "--seed", "11"], cwd=project)
+    second = run_chaosckpt(["suite", "--trials", "2", "--seed", "11"], cwd=project)
+
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "reference run done" in first.stderr and "reference run reused from the cache" in second.stderr
+    folders = sorted((project / "chaosckpt-results").glob("*-suite*"))
+    assert len(folders) == 2
+    plans = [json.loads((f / "suite.json").read_text()) for f in folders]
+    points = [[(t["id"], t["params"]) for t in p["trials"]] for p in plans]
+    assert points[0] == points[1] and len(points[0]) == 2
+    assert all(1 <= params["save"] <= 2 and 0 <= params["fraction"] < 1 for _, params in points[0])
+    verdicts = [[(t["status"], t["recovered_step"], t["lost_steps"]) for t in json.loads((f / "result.json").read_text())["trials"]]
+                for f in folders]
+    assert verdicts[0] == verdicts[1] and all(v[0] == "passed" for v in verdicts[0])
+    for folder in folders:
+        for name in ("report.html", "junit.xml", "summary.md"):
+            assert (folder / name).stat().st_size > 0
+        cases = ET.parse(folder / "junit.xml").getroot().iter("testcase")
+        assert [c.get("name") for c in cases] == [i for i, _ in points[0]]
+        assert "<svg" in (folder / "report.html").read_text()
+    # the second suite did not run a reference of its own: its reference is the cached one
+    assert json.loads((folders[1] / "reference" / "run.json").read_text()) == json.loads((folders[0] / "reference" / "run.json").read_text())
+    cache = project / ".chaosckpt"
+    assert (cache / ".gitignore").read_text() == "*\n" and (cache / "CACHEDIR.TAG").read_text().startswith("Signature: 8a477f597d28d172789f06886806bc55")
+    assert "chaosckpt" in (cache / "README.md").read_text()
+    with sqlite3.connect(cache / "history.sqlite") as db:
+        assert db.execute("SELECT COUNT(*) FROM suites").fetchone() == (2,)
+        assert db.execute("SELECT COUNT(*), SUM(status = 'passed') FROM trials").fetchone() == (4, 4)
+    history = run_chaosckpt(["history"], cwd=project)
+    assert history.returncode == 0
+    assert history.stdout.splitlines()[0] == "kill9-mid-save: passed 4 of 4 trials (100%) in the last 2 suites"
+    assert len(history.stdout.splitlines()) == 4
+
+
+def test_naive_suite_fails_names_the_failing_trials_and_prints_lines_that_replay_them(tmp_path):
+    project = example(tmp_path, "naive_train.py", """
+command = "train.py --epochs 2"
+jobs = 2
+[[scenarios]]
+scenario = "kill9-mid-save"
+id = "first-save"
+params = { save = 1 }
+[[scenarios]]
+scenario = "kill9-mid-save"
+params = { save = 2, fraction = 0.25 }
+""")
+
+    res = run_chaosckpt(["suite"], cwd=project)
+
+    assert res.returncode == 1, res.stdout + res.stderr
+    folder = suite_folder(project)
+    root = ET.parse(folder / "junit.xml").getroot()
+    failed = {c.get("name"): c.find("failure") for c in root.iter("testcase")}
+    assert set(failed) == {"first-save", "kill9-mid-save-save=2-fraction=0.25"}
+    assert all(f is not None and f.get("message").startswith("FAILED kill9-mid-save: resume crashed") for f in failed.values())
+    assert root.get("failures") == "2"
+    assert "first-save" in (folder / "summary.md").read_text()
+    lines = replays(res.stdout)
+    assert lines == ["chaosckpt run --scenario kill9-mid-save -p save=1 -- train.py --epochs 2",
+                     "chaosckpt run --scenario kill9-mid-save -p save=2 -p fraction=0.25 -- train.py --epochs 2"]
+
+    argv = shlex.split(lines[1])[1:]
+    argv[argv.index("--"):argv.index("--")] = ["--json", "--out", str(tmp_path / "replay")]
+    replay = run_chaosckpt(argv, cwd=project)
+
+    assert replay.returncode == 1
+    trial = replay.trial
+    stored = json.loads((folder / "trials" / "kill9-mid-save-save=2-fraction=0.25" / "result.json").read_text())["trials"][0]
+    assert (trial["fault"]["save"], trial["fault"]["bytes"], trial["outcome"]) == (
+        stored["fault"]["save"], stored["fault"]["bytes"], stored["outcome"])
+
+
+def test_an_interrupted_suite_exits_130_and_resume_redoes_nothing_that_finished(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    project = example(tmp_path, "robust_train.py", """
+command = "train.py --epochs 2"
+[[scenarios]]
+scenario = "kill9-mid-save"
+id = "first"
+[[scenarios]]
+scenario = "kill9-mid-save"
+id = "second"
+params = { save = 2, fraction = 0.9 }
+""")
+    results = project / "chaosckpt-results"
+    proc = subprocess.Popen([sys.executable, "-m", "chaosckpt", "suite"], cwd=project, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not list(results.glob("*/trials/first/result.json")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1.0)  # the second trial's job is running now
+    assert list(results.glob("*/trials/second/faulted/events/*.jsonl")) or list(results.glob("*/trials/second/spec.json"))
+    os_killpg = __import__("os").killpg
+    os_killpg(proc.pid, signal.SIGINT)  # Ctrl-C on a terminal: the whole foreground group
+    out, err = proc.communicate(timeout=60)
+
+    assert proc.returncode == 130, err
+    assert "Interrupted" in err and "continue it with: chaosckpt suite --resume" in err
+    assert processes_of(results) == []
+    folder = suite_folder(project)
+    first = folder / "trials" / "first" / "result.json"
+    before = (first.stat().st_ino, first.stat().st_mtime_ns, first.read_text())
+    assert not (folder / "trials" / "second" / "result.json").exists()
+
+    resumed = run_chaosckpt(["suite", "--resume"], cwd=project)
+
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert f"resuming suite {folder}: 1 of 2 trials already done" in resumed.stderr
+    assert (first.stat().st_ino, first.stat().st_mtime_ns, first.read_text()) == before
+    assert [line.split(":")[0] for line in resumed.stderr.splitlines() if line.startswith("[")] == ["[2/2] PASSED second"]
+    assert json.loads((folder / "suite.json").read_text())["state"] == "finished"
+    assert len(json.loads((folder / "result.json").read_text())["trials"]) == 2
+    again = run_chaosckpt(["suite", "--resume"], cwd=project)
+    assert again.returncode == 2 and "nothing to resume" in again.stderr
