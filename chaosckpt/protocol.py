@@ -51,7 +51,7 @@ and ``pid``. The event types and their own fields:
                 ``shuffle``, ``epoch`` (the sampler's epoch, or null), ``step``
                 (optimizer steps before the pass), ``n`` (indices yielded),
                 ``crc`` (CRC-32 of the indices as little-endian int64s: the
-                order), and ``indices`` (the list, up to 1024) or ``bits``
+                order; both null when the indices are not integers), and ``indices`` (the list, up to 1024) or ``bits``
                 (base64 zlib bitmap of the indices seen), ``dups`` ({index:
                 extra reads}) and ``head`` (the first indices).
 """

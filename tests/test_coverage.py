@@ -69,6 +69,17 @@ def test_large_pass_is_a_bitmap_with_repeats_and_abandoned_pass_is_marked(rec):
     assert rec.events[-1]["complete"] is False and rec.events[-1]["n"] == 100
 
 
+def test_batches_packed_along_the_way_record_the_same_pass(rec, monkeypatch):
+    data = TensorDataset(torch.arange(3000.0))
+    generator = torch.Generator().manual_seed(5)
+    order = torch.randperm(3000, generator=torch.Generator().manual_seed(5)).tolist()
+    monkeypatch.setattr(sampler, "FLUSH", 3)
+    list(DataLoader(data, batch_size=64, shuffle=True, generator=generator))
+    (event,) = rec.events
+    assert event["n"] == 3000 and event["crc"] == sampler.encode(array("q", order))["crc"]
+    assert event["head"] == order[:8]
+
+
 def test_encode_counts_repeats_and_keeps_the_order_crc():
     indices = array("q", [5] * 1500 + list(range(1500)))
     fields = sampler.encode(indices)

@@ -127,3 +127,29 @@ def test_copyfile_through_sendfile_is_journaled(project, tmp_path):
     assert [o["op"] for o in best][:1] == ["open"] and any(o["op"] == "write" and o["len"] > 0 for o in best)
     size = (project / "ckpt" / "best.pt").stat().st_size
     assert sum(o["len"] for o in best if o["op"] == "write") == size
+
+
+# --- crash-point sweep ---------------------------------------------------------------------------
+
+def test_sweep_of_an_in_place_save_finds_the_crash_points_that_lose_everything(project, tmp_path):
+    rc, t = trial(project, tmp_path, "kill9-mid-save", "--sweep", "--max-resumes", "2", "--", "--epochs", "3", "--save", "inplace")
+    assert rc == 1
+    points = t["sweep"]
+    assert points[0]["operation"] == "before the save's first operation" and points[0]["outcome"] == "last-good (step 8)"
+    assert points[1]["operation"] == "open ckpt/last.pt (truncate)"
+    assert points[1]["files"] == [{"path": "ckpt/last.pt", "bytes": 0, "loads": False, "error": points[1]["files"][0]["error"]}]
+    assert points[1]["outcome"].startswith("crashed")
+    assert points[-1]["files"][0]["loads"] is True  # the save finished: the new checkpoint loads
+    assert all(p["outcome"] is None for p in points[2:-1])  # beyond --max-resumes: load check only
+    (summary,) = [f for f in t["findings"] if f["kind"] == "sweep"]
+    assert summary["states"] == len(points) and summary["unloadable_states"]
+
+
+def test_sweep_of_a_durable_atomic_save_passes_at_every_crash_point(project, tmp_path):
+    rc, t = trial(project, tmp_path, "power-loss", "--sweep", "-p", 'model="strict"', "--", "--epochs", "3")
+    assert rc == 0, t["headline"]
+    ops = [p["operation"].split()[0] for p in t["sweep"]]
+    assert "fsync" in ops and "rename" in ops and "dirsync" in ops
+    for point in t["sweep"]:
+        assert any(f["path"] == "ckpt/last.pt" and f["loads"] for f in point["files"]), point
+        assert point["outcome"] is None or point["outcome"].startswith("last-good")

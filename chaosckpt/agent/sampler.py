@@ -34,6 +34,9 @@ HEAD = 8
 """Leading indices kept as evidence when the list itself is not stored."""
 MAX_DUPS = 1000
 """At most this many repeated indices are listed per pass."""
+FLUSH = 4096
+"""Batches kept as Python lists before they are packed into int64s, bounding a pass's memory."""
+_UNREAD = object()
 
 _BIT_WEIGHTS = torch.tensor([1, 2, 4, 8, 16, 32, 64, 128], dtype=torch.uint8)
 
@@ -49,7 +52,7 @@ def encode(indices: array) -> Dict[str, Any]:
     same order) always; then ``indices`` (the list) for up to ``SMALL`` indices,
     else ``bits`` (base64 of a zlib-compressed little-endian bitmap over
     0..max), ``dups`` ({index: extra reads}) and ``head``. About 25 ms per
-    million indices on one core, most of it in turning Python ints into int64s.
+    million indices on one core, as much again as packing Python ints into int64s.
     """
     fields: Dict[str, Any] = {"n": len(indices), "crc": f"{zlib.crc32(indices):08x}"}
     if len(indices) <= SMALL:
@@ -96,25 +99,35 @@ def _size(sampler: Any) -> Optional[int]:
 class Pass:
     """One iteration of a DataLoader's sampler, collecting what it yields."""
 
-    __slots__ = ("source", "sampler", "step", "items", "epoch", "closed", "__weakref__")
+    __slots__ = ("source", "sampler", "step", "items", "packed", "epoch", "closed", "__weakref__")
 
     def __init__(self, source: Any, index_sampler: Any, step: int) -> None:
         self.source = source
         self.sampler = getattr(index_sampler, "sampler", index_sampler)
         self.step = step
         self.items: List[Any] = []
-        self.epoch: Optional[int] = None
+        self.packed: Optional[array] = array("q")
+        self.epoch: Any = _UNREAD
         self.closed = False
+
+    def pack(self) -> None:
+        """Move the batches collected so far into ``packed``; indices that are not integers make it None."""
+        flat = _flatten(self.items) if self.packed is not None else None
+        if flat is None:
+            self.packed = None
+        else:
+            self.packed.extend(flat)
+        self.items = []
 
     def close(self, rec: Any, complete: bool) -> None:
         """Emit this pass's ``sampler`` event, once."""
-        if self.closed:
+        if self.closed or not rec.enabled:
             return
         self.closed = True
         sampler = self.sampler
         epoch = self.epoch
-        flat = _flatten(self.items)
-        fields = encode(flat) if flat is not None else {"n": len(self.items), "crc": None}
+        self.pack()
+        fields = encode(self.packed) if self.packed is not None else {"n": None, "crc": None}
         rec.emit(
             "sampler",
             rank=rec.rank,
@@ -128,7 +141,7 @@ class Pass:
             complete=complete,
             **fields,
         )
-        self.items = []
+        self.packed = None
 
 
 def install(rec: Any) -> None:
@@ -137,8 +150,11 @@ def install(rec: Any) -> None:
 
     base = dataloader._BaseDataLoaderIter
     original = base._next_index
+    map_style = dataloader._DatasetKind.Map
 
     def _next_index(self):
+        if self._dataset_kind != map_style:
+            return original(self)
         it = self._sampler_iter
         tape = self.__dict__.get("_chaosckpt_pass")
         if tape is None or tape.source is not it:
@@ -150,12 +166,13 @@ def install(rec: Any) -> None:
         try:
             index = original(self)
         except StopIteration:
-            if rec.enabled:
-                tape.close(rec, True)
+            tape.close(rec, True)
             raise
-        if not tape.items:
+        if tape.epoch is _UNREAD:
             tape.epoch = getattr(tape.sampler, "epoch", None)
         tape.items.append(index)
+        if len(tape.items) >= FLUSH:
+            tape.pack()
         return index
 
     _next_index.__chaosckpt_original__ = original

@@ -42,6 +42,12 @@ def headline(trial: Trial) -> str:
     lg = trial.last_good_step
     last_good = f"the last good checkpoint was step {lg}" if lg is not None else "no checkpoint had completed"
     verdict = "PASSED" if trial.passed else "FAILED"
+    if trial.sweep is not None:
+        bad = next((p for p in trial.sweep if p["outcome"] and not p["outcome"].startswith("last-good")), None)
+        summary = next(f.message for f in trial.findings if f.kind == "sweep")
+        if bad is None:
+            return f"{verdict} {name} sweep: {summary}"
+        return f"{verdict} {name} sweep: a crash after op {bad['op']} ({bad['operation']}) resumes as {bad['outcome']}; {summary}"
     outcome = trial.outcome
     split = next((f for f in trial.findings if f.kind == "ranks-disagree"), None)
     if split is not None and not trial.passed:
@@ -80,6 +86,10 @@ def text(trial: Trial) -> List[str]:
     lines = [trial.headline]
     for finding in trial.findings:
         lines.append(f"  - {finding.kind}: {finding.message}")
+    if trial.sweep is not None:
+        from chaosckpt.conductor.sweep import CrashPoint, table
+
+        lines.extend(table([CrashPoint(**p) for p in trial.sweep]))
     if trial.results_dir:
         lines.append(f"  results and logs: {os.path.relpath(trial.results_dir)}")
     return lines

@@ -81,6 +81,8 @@ class Trial:
     """Multi-rank jobs: per rank, where it resumed from, whether it reproduced, where it stopped."""
     runs: List[RunRecord] = field(default_factory=list)
     results_dir: str = ""
+    sweep: Optional[List[Dict[str, Any]]] = None
+    """With ``--sweep``: one row per crash point (operation, files on disk, outcome where resumed)."""
 
     @property
     def passed(self) -> bool:

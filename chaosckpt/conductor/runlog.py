@@ -20,6 +20,7 @@ class Save:
     path: Optional[str]
     digest: str
     ts: float
+    op: Optional[int] = None  # journal operations before the save began, when the journal was on
     ok: Optional[bool] = None  # None: the save never returned (the process died inside it)
     bytes: int = 0
     writes: int = 0
@@ -60,7 +61,8 @@ def _process(events: List[Event]) -> ProcessLog:
         elif kind == "step" and not e.get("skipped"):
             log.steps.append(e)
         elif kind == "save-begin":
-            save = Save(index=e["save"], step=e["step"], path=e.get("path"), digest=e["digest"], ts=e["ts"])
+            save = Save(index=e["save"], step=e["step"], path=e.get("path"), digest=e["digest"], ts=e["ts"],
+                        op=e.get("op"))
             by_index[save.index] = save
             log.saves.append(save)
         elif kind == "save-end" and e["save"] in by_index:
@@ -124,9 +126,9 @@ class RunLog:
         return sorted((e for p in self.processes for e in p.ops), key=lambda e: (e["ts"], e["pid"], e["n"]))
 
     def ranks(self) -> Dict[int, ProcessLog]:
-        """The training process of each rank (a job without ranks is rank 0): the last one started, after restarts."""
+        """The training process of each rank (a job without ranks is rank 0): one that stepped, the last started."""
         out: Dict[int, ProcessLog] = {}
-        for proc in sorted(self.processes, key=lambda p: p.hello["ts"] if p.hello else 0.0):
+        for proc in sorted(self.processes, key=lambda p: (bool(p.steps), p.hello["ts"] if p.hello else 0.0)):
             if proc.steps or proc.passes or proc.saves:
                 out[proc.rank or 0] = proc
         return dict(sorted(out.items()))

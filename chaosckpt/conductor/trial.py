@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional
 
-from chaosckpt.conductor import arming, cache, crash, launcher, ranks, render, sandbox, score
+from chaosckpt.conductor import arming, cache, crash, launcher, ranks, render, sandbox, score, sweep
+from chaosckpt.conductor.loadcheck import LoadChecker
 from chaosckpt.conductor.launcher import RunResult, RunSpec
 from chaosckpt.conductor.result import Finding, Reason, RunRecord, Trial
 from chaosckpt.conductor.runlog import ProcessLog, RunLog
@@ -29,6 +30,10 @@ class TrialOptions:
     """A finished reference run (``cache.run_reference``'s folder) to reuse instead of running one."""
     exclude: List[Path] = field(default_factory=list)
     """More paths under ``workdir`` to leave out of the sandboxes, such as the whole results folder."""
+    sweep: bool = False
+    """Crash after every operation of the save in turn instead of once (see ``sweep``)."""
+    max_resumes: int = 3
+    """With ``sweep``: full resumes for at most this many distinct disk states."""
     ckpt_dirs: List[str] = field(default_factory=list)
     """Checkpoint directories (relative to ``workdir``) to watch besides those the reference run saved into."""
 
@@ -133,12 +138,16 @@ class TrialRunner:
         reference_log = self._reference()
         ref = reference_log.trainer()
         scen = self.scenario
-        journal = arming.needs_journal(scen, sweep=False)
+        journal = arming.needs_journal(scen, sweep=self.opts.sweep)
         ckpt_dirs = arming.checkpoint_dirs(reference_log, self.opts.ckpt_dirs)
         work = self._sandbox("faulted")
         roots = [str((work / rel).resolve()) for rel in ckpt_dirs]
         try:
-            fault = (ranks.arm if scen.fault == "rank-skew" else arming.arm)(scen, reference_log, roots if journal else None)
+            track = roots if journal else None
+            if scen.fault == "rank-skew":
+                fault = ranks.arm(scen, reference_log, track)
+            else:
+                fault = arming.arm(scen, reference_log, track, sweep=self.opts.sweep)
         except arming.NotArmable as exc:
             raise _Stop("fault-not-triggered", str(exc)) from None
         self._full_bytes = arming.full_bytes(reference_log, scen.trigger.save)
@@ -167,6 +176,9 @@ class TrialRunner:
             "path": self._rel(event.get("path"), work),
             "files": self._files_after_fault(proc, work),
         }
+        if self.opts.sweep:
+            self._sweep(proc, faulted_log, ref, disk, roots, work)
+            return
         if scen.fault == "power-loss":
             for op in faulted_log.ops():
                 disk.apply(op)
@@ -230,6 +242,56 @@ class TrialRunner:
             raise _Stop("resume-took-no-steps", f"the resumed job exited with status {resume.returncode} without a step")
         passed = ranks_ok and recovered_ok and (trial.reproduced or not self.scenario.expect.reproduced)
         trial.status = "passed" if passed else "failed"
+
+    def _sweep(self, proc: ProcessLog, faulted: RunLog, ref: ProcessLog, disk: "crash.Disk", roots: List[str],
+               work: Path) -> None:
+        """Every crash point of the save: its disk state, a load check, and full resumes of the first states."""
+        scen = self.scenario
+        target = [s for s in proc.saves if s.index == scen.trigger.save][0]
+        model = scen.trigger.model if scen.fault == "power-loss" else "none"
+        earlier = [s for s in proc.completed_saves() if s.index < target.index]
+        last_good = earlier[-1].step if earlier else None
+        self.trial.last_good_step = last_good
+        self.trial.fault["model"] = model
+
+        def name(path: str) -> str:
+            return self._rel(path, work) or path
+
+        sw = sweep.explore(disk, faulted.ops(), (target.op or 0) + 1, model, name)
+        checker = LoadChecker()
+        try:
+            sweep.check_states(sw, roots, self.sandbox_root / "sweep-states", checker)
+        finally:
+            checker.close()
+        table = score.digest_table(proc, faulted.trainer(), ref)
+        failed = False
+        for index, entries in enumerate(sw.states[: self.opts.max_resumes]):
+            box = sandbox.create(work, self.sandbox_root / f"sweep-{index}")
+            crash.materialize(entries, roots, lambda p, box=box: str(box / os.path.relpath(p, work.resolve())))
+            result = self._launch(f"resume-state-{index}", self.opts.resume_command, box)
+            rec = score.recovery(RunLog.read(result.events_dir), result.returncode, score.tail_line(result.stderr),
+                                 last_good, table)
+            outcome = rec.outcome + (f" (step {rec.recovered_step})" if rec.recovered_step is not None else "")
+            if rec.error:
+                outcome += f": {render.describe_error(rec.error, rec.error_path is not None)}"
+            failed |= rec.outcome not in scen.expect.recovered
+            for point in sw.points:
+                if point.state == index:
+                    point.outcome = outcome
+        unloadable = [
+            i for i in range(len(sw.states))
+            if not any(f.get("loads") for p in sw.points if p.state == i for f in p.files)
+        ]
+        self.trial.sweep = [p.to_dict() for p in sw.points]
+        self.trial.findings.append(
+            Finding(
+                "sweep",
+                f"{len(sw.points)} crash points in save {target.index}, {len(sw.states)} distinct disk states, "
+                f"{min(len(sw.states), self.opts.max_resumes)} resumed; {len(unloadable)} state(s) hold no loadable file",
+                {"points": len(sw.points), "states": len(sw.states), "unloadable_states": unloadable},
+            )
+        )
+        self.trial.status = "failed" if failed or unloadable else "passed"
 
     def _judge_survivor(self, ref: ProcessLog, faulted: ProcessLog, work: Path) -> None:
         """The job caught the fault and finished: judge its own trajectory, then check a later resume still loads."""

@@ -48,12 +48,17 @@ def _with_ranks(command: List[str], nproc: Optional[int]) -> List[str]:
 @click.option("--workdir", default=".", show_default=True, type=click.Path(path_type=Path),
               help="The job's working directory, copied into a private sandbox for every run.")
 @click.option("--keep-sandbox", is_flag=True, help="Keep the sandbox copies (with the faulted checkpoints) in the results.")
+@click.option("--sweep", is_flag=True,
+              help="Crash after every operation of the save in turn and report what a restarted job finds for each.")
+@click.option("--max-resumes", default=3, show_default=True, type=click.IntRange(0), metavar="N",
+              help="With --sweep: run full resumes for at most N distinct disk states (the rest get a load check).")
 @click.option("--ckpt-dir", "ckpt_dirs", multiple=True, metavar="DIR",
               help="A checkpoint directory (under --workdir) the power-loss model rewrites, besides those the job saved into.")
 @click.option("--nproc", type=int, default=None, metavar="N",
               help="Run SCRIPT.py as N ranks on this machine, through torch.distributed.run --standalone.")
 @click.option("--json", "as_json", is_flag=True, help="Print only the result document, as JSON, on stdout.")
-def command(args, scenario_name, params, resume_args, resume_cmd, timeout, tolerance, out, workdir, keep_sandbox, ckpt_dirs, nproc, as_json):
+def command(args, scenario_name, params, resume_args, resume_cmd, timeout, tolerance, out, workdir, keep_sandbox, sweep,
+            max_resumes, ckpt_dirs, nproc, as_json):
     """Run a training job, inject a fault, resume it, and score the recovery.
 
     \b
@@ -83,7 +88,7 @@ def command(args, scenario_name, params, resume_args, resume_cmd, timeout, toler
         raise UsageError(f"--tolerance {tolerance:g} is invalid: use 0 for bitwise or a positive relative tolerance")
     results = invocation.results_dir(out, scen.name)
     opts = TrialOptions(command, resume, workdir, results, timeout, tolerance, keep_sandbox, exclude=[out],
-                        ckpt_dirs=invocation.ckpt_dirs(ckpt_dirs, workdir))
+                        ckpt_dirs=invocation.ckpt_dirs(ckpt_dirs, workdir), sweep=sweep, max_resumes=max_resumes)
     if not as_json:
         click.echo(f"chaosckpt: {scen.name} on {shlex.join(command)} (results in {os.path.relpath(results)})", err=True)
     trial = run_trial(scen, opts)
