@@ -19,6 +19,9 @@ def write_bytes(path: Path, data: bytes) -> None:
     """Replace ``path`` with ``data`` so that a crash leaves the old file or the new one, never a mix."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)  # as open() would create it; mkstemp makes it private
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)

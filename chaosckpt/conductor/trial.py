@@ -194,6 +194,12 @@ class TrialRunner:
                               stop_on_timeout=False)
         resume_log = RunLog.read(resume.events_dir)
         table = score.digest_table(proc, faulted_log.trainer(), ref)
+        if resume_log.trainer() is None and resume.returncode == 0:
+            raise _Stop(
+                "resume-took-no-steps",
+                "the resumed job exited with status 0 without a training step: it found no work left, so where it "
+                "resumed from cannot be told; interrupt an earlier save (--param save=N)",
+            )
         rec = score.recovery(resume_log, resume.returncode, score.tail_line(resume.stderr), last_good, table)
         trial = self.trial
         trial.outcome = rec.outcome
