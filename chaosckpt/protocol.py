@@ -17,7 +17,10 @@ and ``pid``. The event types and their own fields:
                 backward since the previous step; empty when none was seen),
                 ``pfp`` (exact fingerprint of a fixed sample of every parameter),
                 ``psum`` (float sum of that sample, for tolerant comparison),
-                ``rng`` (stream name -> state fingerprint), and, on the first step of
+                ``rng`` (stream name -> state fingerprint: ``torch``, ``python``,
+                ``numpy``, ``cuda:N`` and private generators named by where
+                they are held), ``eval`` (modules of the optimized model trees
+                in eval mode, when any are), and, on the first step of
                 the process and the first step after a load, ``digest`` (exact,
                 order-sensitive digest of all parameters).
 ``save-begin``  a checkpoint save started. ``save`` (1-based index in this
@@ -25,7 +28,9 @@ and ``pid``. The event types and their own fields:
                 a file object's name, or null; a directory for "dcp"), ``via``
                 ("path", "fileobj" or "dcp": torch.distributed.checkpoint.save),
                 ``digest`` (of the optimized parameters as they are being saved),
-                ``op`` (journal operations so far, when the journal is on).
+                ``op`` (journal operations so far, when the journal is on),
+                ``content`` (findings about the saved object: view bloat, RNG
+                states missing for streams the loop draws from, no step).
 ``save-end``    the save returned or raised. ``save``, ``ok``, ``bytes``,
                 ``writes``, ``error`` (one line, or null).
 ``load``        ``torch.load`` returned or raised. ``path`` (or null), ``ok``,
@@ -35,7 +40,8 @@ and ``pid``. The event types and their own fields:
 ``fault``       the armed fault fired. ``fault`` (kind), ``save``, and where:
                 ``write`` (index of the write it fired in), ``bytes`` (bytes of
                 the save on disk at that moment), ``path``; or ``op`` (journal
-                operation it followed); or ``after_save``; or ``free_bytes``.
+                operation it followed); or ``after_save``; or ``free_bytes``;
+                or ``module`` (the restored module an ``eval`` fault put in eval mode).
 ``op``          a file operation in a tracked directory (durability journal, on
                 only when the fault asks for it). ``op``: ``open`` (``path``,
                 ``ino`` [dev, inode], ``created``, ``trunc``, ``size``, ``keep``),

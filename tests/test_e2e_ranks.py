@@ -138,3 +138,12 @@ def test_a_sampler_whose_epoch_is_never_set_shows_in_the_reference(tmp_path):
     assert result.returncode == 0, result.stderr.read_text()
     (finding,) = coverage.epoch_never_set(RunLog.read(result.events_dir))
     assert finding.details == {"sampler": "DistributedSampler", "size": 64, "ranks": [0], "passes": 3, "epoch": 0}
+
+
+def test_nproc_and_rank_skew_parameters_are_checked(ddp_project, tmp_path):
+    (ddp_project / "train.sh").write_text("python train.py\n")
+    res = run_chaosckpt(["run", "--nproc", "2", "-s", "rank-epoch-skew", "--", "bash", "train.sh"], cwd=ddp_project)
+    assert res.returncode == 2 and res.stderr.strip().endswith("e.g. -- torchrun --nproc_per_node 2 train.py")
+    res = run_chaosckpt(["run", "train.py", "--nproc", "2", "-s", "rank-epoch-skew", "-p", "variant=shift"], cwd=ddp_project)
+    assert res.returncode == 2 and "trigger.variant must be one of kill, offset, reset" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1

@@ -13,6 +13,9 @@ process) it concerns, one placement, and optionally ``rank`` and ``track``:
 - ``disk-full``: from the start of the save, ``free_bytes`` more bytes fit in the
   tracked directories; every write after that fails with ENOSPC until the job exits.
 
+- ``eval``: ``after_load``, right after the job restores a module's state, every
+  module of it is put in eval mode, as a validation pass before training would.
+
 ``track`` (a list of directories) turns the durability journal on (see ``fileops``).
 """
 
@@ -33,6 +36,7 @@ PLACEMENTS = {
     "halt": ("at_byte", "at_write", "at_op", "after_save"),
     "enospc": ("at_byte", "at_write"),
     "disk-full": ("free_bytes",),
+    "eval": ("after_load",),
 }
 
 
@@ -51,6 +55,7 @@ class ArmedFault:
     at_op: Optional[int] = None
     after_save: bool = False
     free_bytes: Optional[int] = None
+    after_load: bool = False
     rank: Optional[int] = None
     track: Optional[List[str]] = None
 

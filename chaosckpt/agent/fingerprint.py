@@ -20,7 +20,7 @@ import torch
 SAMPLES_PER_PARAM = 1024
 
 
-def _crc_of_tensor(tensor: torch.Tensor, crc: int = 0) -> int:
+def crc_of_tensor(tensor: torch.Tensor, crc: int = 0) -> int:
     """CRC-32 of a tensor's bytes, continuing from ``crc``; copies to the host only when it must."""
     t = tensor.detach()
     if t.device.type != "cpu":
@@ -39,7 +39,7 @@ def exact_digest(params: Iterable[torch.Tensor]) -> str:
     count = 0
     for p in params:
         crc = zlib.crc32(f"{tuple(p.shape)}{p.dtype}".encode(), crc)
-        crc = _crc_of_tensor(p, crc)
+        crc = crc_of_tensor(p, crc)
         count += 1
     return f"{crc:08x}.{count}"
 
@@ -58,14 +58,21 @@ def sample_fingerprint(params: Iterable[torch.Tensor]) -> Tuple[str, float]:
         if not sums:
             return "empty", 0.0
         stacked = torch.stack(sums).cpu()
-    return f"{_crc_of_tensor(stacked):08x}", float(stacked.double().sum())
+    return f"{crc_of_tensor(stacked):08x}", float(stacked.double().sum())
+
+
+def python_random(state: tuple) -> str:
+    """Fingerprint of a ``random.getstate()``: ints, bools and finite floats hash the same in every process
+    (``None``, NaN and strings do not, so the cached gauss is hashed as a flag and a number)."""
+    version, internal, gauss = state
+    return f"{hash((version, internal, gauss is None, gauss or 0.0)) & 0xFFFFFFFF:08x}"
 
 
 def rng_fingerprints() -> Dict[str, str]:
     """Fingerprints of the process-wide random streams: torch CPU, Python, numpy, each CUDA device."""
     fps = {
-        "torch": f"{_crc_of_tensor(torch.default_generator.get_state()):08x}",
-        "python": f"{hash(random.getstate()) & 0xFFFFFFFF:08x}",
+        "torch": f"{crc_of_tensor(torch.default_generator.get_state()):08x}",
+        "python": python_random(random.getstate()),
     }
     np = sys.modules.get("numpy")
     if np is not None:
@@ -73,5 +80,5 @@ def rng_fingerprints() -> Dict[str, str]:
         fps["numpy"] = f"{zlib.crc32(state[1].tobytes()) ^ state[2]:08x}"
     if torch.cuda.is_initialized():
         for index in range(torch.cuda.device_count()):
-            fps[f"cuda:{index}"] = f"{_crc_of_tensor(torch.cuda.get_rng_state(index)):08x}"
+            fps[f"cuda:{index}"] = f"{crc_of_tensor(torch.cuda.get_rng_state(index)):08x}"
     return fps

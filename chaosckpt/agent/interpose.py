@@ -128,7 +128,7 @@ def install(rec: Recorder) -> None:
             if path is not None and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
                 return original(obj, f, *args, **kwargs)  # let torch raise its own error
             name = path if path is not None else getattr(f, "name", None)
-            index = rec.save_begin(name if isinstance(name, str) else None, "path" if path is not None else "fileobj")
+            index = rec.save_begin(name if isinstance(name, str) else None, "path" if path is not None else "fileobj", obj)
             writer = None
             error: Optional[BaseException] = None
             try:
@@ -201,7 +201,7 @@ def install_dcp(rec: Recorder) -> None:
                 return original(state_dict, *args, **kwargs)
             target = kwargs.get("checkpoint_id") or getattr(kwargs.get("storage_writer"), "path", None)
             path = os.fspath(target) if _is_path(target) else None
-            index = rec.save_begin(path, "dcp")
+            index = rec.save_begin(path, "dcp", state_dict)
             error: Optional[BaseException] = None
             try:
                 return original(state_dict, *args, **kwargs)

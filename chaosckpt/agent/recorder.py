@@ -9,10 +9,13 @@ from typing import Dict, List, Optional
 
 import torch
 
+from chaosckpt import checkpoint_content
 from chaosckpt.agent import faults, fingerprint
 from chaosckpt.agent.channel import EventWriter
 from chaosckpt.agent.faults import ArmedFault
 from chaosckpt.agent.fileops import Journal
+from chaosckpt.agent.modes import Modes
+from chaosckpt.agent.streams import Streams
 
 
 def _one_line(exc: BaseException) -> str:
@@ -39,8 +42,13 @@ class Recorder:
         self._need_digest = True
         self.saving = False  # inside a save: saves it makes itself (DCP's items) are part of it
         self.journal: Optional[Journal] = None
+        self.streams = Streams()
+        self.modes = Modes()
+        self._last_rng: Dict[str, str] = {}
+        self._drawn: set = set()  # streams whose state moved between two steps: the loop draws from them
         self._halt_pending: Optional[dict] = None
         self._op_base = 0
+        self._eval_done = False
 
     def fire(self, **fields: object) -> None:
         """The armed fault's moment has come: halt for the conductor's SIGKILL, or fail the write with ENOSPC."""
@@ -114,15 +122,24 @@ class Recorder:
             return
         self.step += 1
         params = self.params()
+        if self.step == 1:
+            self.streams.rescan()
+            self.modes.discover(params)
         pfp, psum = fingerprint.sample_fingerprint(params)
+        rng = self.streams.fingerprints()
+        self._drawn.update(k for k, v in rng.items() if k in self._last_rng and self._last_rng[k] != v)
+        self._last_rng = rng
         fields = {
             "step": self.step,
             "opt": self._index_of(optimizer),
             "loss": self._take_losses(),
             "pfp": pfp,
             "psum": psum,
-            "rng": fingerprint.rng_fingerprints(),
+            "rng": rng,
         }
+        in_eval = self.modes.in_eval()
+        if in_eval:
+            fields["eval"] = in_eval
         if self._need_digest:
             fields["digest"] = fingerprint.exact_digest(params)
             self._need_digest = False
@@ -139,11 +156,16 @@ class Recorder:
                 return index
         return -1
 
-    def save_begin(self, path: Optional[str], via: str) -> int:
+    def save_begin(self, path: Optional[str], via: str, obj: object = None) -> int:
         self.fire_pending()
         self.saving = True
         self.saves += 1
-        fields = {}
+        fields: Dict[str, object] = {}
+        if obj is not None and self.step:
+            self.streams.rescan()
+            found = checkpoint_content.analyse(obj, streams=sorted(self._drawn))["findings"]
+            if found:
+                fields["content"] = found
         if self.journal is not None:
             if path is not None:
                 self.journal.track(path if via == "dcp" else os.path.dirname(os.path.abspath(path)))
@@ -195,6 +217,11 @@ class Recorder:
     def restored(self, what: str, obj: object) -> None:
         self.emit("restore", what=what, name=type(obj).__name__)
         self._need_digest = True
+        fault = self.fault
+        if fault is not None and fault.kind == "eval" and what == "module" and not self._eval_done:
+            self._eval_done = True
+            obj.eval()
+            self.emit("fault", fault="eval", save=fault.save, module=type(obj).__name__)
 
     def hello(self) -> None:
         argv = list(getattr(sys, "orig_argv", sys.argv))

@@ -34,7 +34,7 @@ HEAD = 8
 """Leading indices kept as evidence when the list itself is not stored."""
 MAX_DUPS = 1000
 """At most this many repeated indices are listed per pass."""
-FLUSH = 4096
+FLUSH = 64
 """Batches kept as Python lists before they are packed into int64s, bounding a pass's memory."""
 _UNREAD = object()
 

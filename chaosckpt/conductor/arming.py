@@ -14,7 +14,7 @@ from typing import Dict, List, Optional
 from chaosckpt.conductor.runlog import RunLog
 from chaosckpt.conductor.scenario import Scenario
 
-AGENT_KIND = {"kill": "halt", "enospc": "enospc", "power-loss": "halt"}
+AGENT_KIND = {"kill": "halt", "enospc": "enospc", "power-loss": "halt", "eval-left-on": "halt"}
 
 
 class NotArmable(Exception):
@@ -56,7 +56,7 @@ def arm(scenario: Scenario, reference: RunLog, track: Optional[List[str]], sweep
     fault: Dict = {"kind": AGENT_KIND[scenario.fault], "save": trigger.save, "rank": saver.rank}
     if track is not None:
         fault["track"] = [*track, tempfile.gettempdir()]
-    if sweep or scenario.fault == "power-loss" and trigger.op is None:
+    if sweep or scenario.fault == "eval-left-on" or scenario.fault == "power-loss" and trigger.op is None:
         fault["after_save"] = True
     elif scenario.fault == "power-loss":
         fault["at_op"] = trigger.op
@@ -77,3 +77,10 @@ def full_bytes(reference: RunLog, save: int) -> int:
     saver = reference.saver()
     saves = saver.completed_saves() if saver is not None else []
     return saves[save - 1].bytes if len(saves) >= save else 0
+
+
+def resume_fault(scenario: Scenario) -> Optional[Dict]:
+    """The fault armed in the resume run, for scenarios whose fault lies in how the job resumes."""
+    if scenario.fault == "eval-left-on":
+        return {"kind": "eval", "save": 1, "after_load": True}
+    return None

@@ -21,6 +21,7 @@ class Save:
     digest: str
     ts: float
     op: Optional[int] = None  # journal operations before the save began, when the journal was on
+    content: List[Event] = field(default_factory=list)  # the agent's findings about the saved object
     ok: Optional[bool] = None  # None: the save never returned (the process died inside it)
     bytes: int = 0
     writes: int = 0
@@ -62,7 +63,7 @@ def _process(events: List[Event]) -> ProcessLog:
             log.steps.append(e)
         elif kind == "save-begin":
             save = Save(index=e["save"], step=e["step"], path=e.get("path"), digest=e["digest"], ts=e["ts"],
-                        op=e.get("op"))
+                        op=e.get("op"), content=e.get("content", []))
             by_index[save.index] = save
             log.saves.append(save)
         elif kind == "save-end" and e["save"] in by_index:

@@ -25,6 +25,7 @@ TRIGGER_KEYS = {
     "kill": ("save", "fraction", "write"),
     "enospc": ("save", "fraction", "write", "free_bytes"),
     "power-loss": ("save", "op", "model"),
+    "eval-left-on": ("save",),
     "rank-skew": ("save", "fraction", "write", "rank", "variant", "offset"),
 }
 """The trigger keys each fault kind takes; the others keep their defaults."""

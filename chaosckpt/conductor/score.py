@@ -120,8 +120,10 @@ def trajectory(reference: ProcessLog, resume: ProcessLog, start: int, tolerance:
                 {"resumed_steps": len(resume.steps), "reference_steps": expected},
             )
         )
+    modes = eval_findings(reference, resume, start)
+    findings.extend(modes)
     if divergent is not None:
-        findings.extend(rng_findings(reference, resume, start))
+        findings.extend(rng_findings(reference, resume, start, modes_differ=bool(modes)))
     return Trajectory(
         reproduced=divergent is None,
         compared=compared,
@@ -131,8 +133,11 @@ def trajectory(reference: ProcessLog, resume: ProcessLog, start: int, tolerance:
     )
 
 
-def rng_findings(reference: ProcessLog, resume: ProcessLog, start: int) -> List[Finding]:
-    """Random streams whose state at the first resumed step differs from the reference's at that step."""
+def rng_findings(reference: ProcessLog, resume: ProcessLog, start: int, modes_differ: bool = False) -> List[Finding]:
+    """Random streams whose state at the first resumed step differs from the reference's at that step.
+
+    Streams the loop never draws from are left out; so are the device streams torch draws from in
+    dropout when modules trained in the wrong mode (``modes_differ``), since that changes the draws."""
     if not resume.steps or start >= len(reference.steps):
         return []
     ours = resume.steps[0].get("rng", {})
@@ -140,6 +145,7 @@ def rng_findings(reference: ProcessLog, resume: ProcessLog, start: int) -> List[
     drawn = {
         name for name in theirs
         if len({s.get("rng", {}).get(name) for s in reference.steps}) > 1
+        and not (modes_differ and (name == "torch" or name.startswith("cuda:")))
     }
     out = []
     for name in sorted(drawn):
@@ -153,6 +159,43 @@ def rng_findings(reference: ProcessLog, resume: ProcessLog, start: int) -> List[
                 )
             )
     return out
+
+
+def eval_findings(reference: ProcessLog, resume: ProcessLog, start: int) -> List[Finding]:
+    """Modules the resumed run trained in eval mode where the uninterrupted run had them in train mode."""
+    modules: Dict[str, List[int]] = {}
+    for i, step in enumerate(resume.steps):
+        g = start + i + 1
+        if g > len(reference.steps):
+            break
+        for name in set(step.get("eval", [])) - set(reference.steps[g - 1].get("eval", [])):
+            modules.setdefault(name, []).append(g)
+    if not modules:
+        return []
+    steps = sorted({g for gs in modules.values() for g in gs})
+    names = sorted(modules)
+    shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+    return [
+        Finding(
+            "eval-mode-in-training",
+            f"after the resume, {shown} trained in eval mode at steps {steps[0]}-{steps[-1]}, where the "
+            "uninterrupted run had them in train mode: call model.train() after loading and after any validation pass",
+            {"modules": names, "first_step": steps[0], "last_step": steps[-1]},
+        )
+    ]
+
+
+def content_findings(reference: Optional[ProcessLog]) -> List[Finding]:
+    """Advice about what the job's checkpoints hold, from the agent's look at each saved object, once per kind."""
+    seen: Dict[Tuple[str, str], Finding] = {}
+    for save in reference.saves if reference is not None else []:
+        for item in save.content:
+            key = (item["kind"], item["message"])
+            if key not in seen:
+                details = {k: v for k, v in item.items() if k not in ("kind", "message")}
+                seen[key] = Finding(item["kind"], item["message"], {**details, "saves": []})
+            seen[key].details["saves"].append(save.index)
+    return list(seen.values())
 
 
 STREAM_NAMES = {

@@ -137,6 +137,7 @@ class TrialRunner:
     def _run(self) -> None:
         reference_log = self._reference()
         ref = reference_log.trainer()
+        self.trial.findings.extend(score.content_findings(ref))
         scen = self.scenario
         journal = arming.needs_journal(scen, sweep=self.opts.sweep)
         ckpt_dirs = arming.checkpoint_dirs(reference_log, self.opts.ckpt_dirs)
@@ -190,8 +191,8 @@ class TrialRunner:
             self._judge_survivor(ref, faulted_log.trainer() or proc, work)
             return
 
-        resume = self._launch("resume", self.opts.resume_command, work, env=ranks.skew_env(scen, reference_log),
-                              stop_on_timeout=False)
+        resume = self._launch("resume", self.opts.resume_command, work, fault=arming.resume_fault(scen),
+                              env=ranks.skew_env(scen, reference_log), stop_on_timeout=False)
         resume_log = RunLog.read(resume.events_dir)
         table = score.digest_table(proc, faulted_log.trainer(), ref)
         if resume_log.trainer() is None and resume.returncode == 0:
@@ -357,6 +358,8 @@ class TrialRunner:
         if not mid_save or not broken or broken[0].path is None or self.trial.outcome == "last-good":
             return []
         path = self._rel(broken[0].path, work)
+        if self.trial.error_path != path:
+            return []  # the resume did not trip over the file the interrupted save was writing
         findings = []
         left = self.trial.fault["files"].get(path)
         if left is not None and left < self._full_bytes and os.path.exists(broken[0].path):

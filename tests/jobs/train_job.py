@@ -8,6 +8,7 @@ import shutil
 import sys
 import time
 
+import numpy as np
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
@@ -16,8 +17,11 @@ p = argparse.ArgumentParser()
 p.add_argument("--save", default="atomic",
                choices=["atomic", "atomic-nodirsync", "rename-nofsync", "inplace", "fileobj-inplace", "delete-first", "dcp"])
 p.add_argument("--catch", action="store_true", help="carry on when a save fails")
+p.add_argument("--train-call", action="store_true", help="call model.train() at the start of every epoch")
+p.add_argument("--numpy", action="store_true", help="augment with numpy's global random state too")
+p.add_argument("--bloat", action="store_true", help="save a 10-element slice of a 1M-element buffer")
 p.add_argument("--copy-best", action="store_true", help="copy each checkpoint to best.pt with shutil.copyfile")
-p.add_argument("--restore", default="torch,python,loader", help="random streams the checkpoint restores")
+p.add_argument("--restore", default="torch,python,loader,numpy", help="random streams the checkpoint restores")
 p.add_argument("--epochs", type=int, default=4)
 p.add_argument("--samples", type=int, default=64)
 p.add_argument("--workers", type=int, default=0)
@@ -58,6 +62,8 @@ def main():
     seed = int(time.time_ns() % 100000) if args.seed == "time" else int(args.seed)
     torch.manual_seed(seed)
     random.seed(seed)
+    np.random.seed(seed)
+    big = torch.zeros(1_000_000)
     loader_gen = torch.Generator().manual_seed(seed)
     loader = DataLoader(Data(args.samples, args.workers > 0), batch_size=8, shuffle=True, generator=loader_gen,
                         num_workers=args.workers, multiprocessing_context=args.mp_context)
@@ -124,26 +130,35 @@ def main():
         model.load_state_dict(state["model"])
         start = int(state["epoch"]) + 1
     elif candidates and may_resume and os.path.exists(os.path.join("ckpt", candidates[0])):
-        ck = torch.load(os.path.join("ckpt", candidates[0] if args.resume_from == "oldest" else "last.pt"))
+        ck = torch.load(os.path.join("ckpt", candidates[0] if args.resume_from == "oldest" else "last.pt"),
+                        weights_only=not args.numpy)
         model.load_state_dict(ck["model"])
         opt.load_state_dict(ck["opt"])
         if "torch" in restore:
             torch.set_rng_state(ck["torch"])
         if "python" in restore:
             random.setstate(ck["python"])
+        if "numpy" in restore and "numpy" in ck:
+            np.random.set_state(ck["numpy"])
         if "loader" in restore:
             loader_gen.set_state(ck["loader"])
         start = ck["epoch"] + 1
 
     for epoch in range(start, args.epochs):
+        if args.train_call:
+            model.train()
         for x, y in loader:
             x = x + 0.01 * random.random()
+            if args.numpy:
+                x = x + 0.01 * float(np.random.randn())
             loss = ((model(x) - y) ** 2).mean()
             opt.zero_grad()
             loss.backward()
             opt.step()
         save_or_carry_on({"model": model.state_dict(), "opt": opt.state_dict(), "epoch": epoch, "torch": torch.get_rng_state(),
-              "python": random.getstate(), "loader": loader_gen.get_state()}, ckpt_path(epoch))
+              "python": random.getstate(), "loader": loader_gen.get_state(),
+              **({"numpy": np.random.get_state()} if args.numpy else {}),
+              **({"head": big[:10]} if args.bloat else {})}, ckpt_path(epoch))
     print("finished", flush=True)
 
 

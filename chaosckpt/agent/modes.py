@@ -1,0 +1,56 @@
+"""Which modules of the model being trained are in eval mode at each step.
+
+``model.training`` never enters a state dict, so a resume that runs a validation
+pass and forgets ``train()`` trains on with dropout off and batch norm frozen. At
+the first step the agent finds the root modules that own the optimizer's
+parameters and caches their submodules (parameterless ones such as Dropout
+included); checking ``.training`` on them is a few microseconds per step.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+from typing import List, Tuple
+
+import torch
+
+MAX_NAMES = 50
+
+
+def _label(root: torch.nn.Module) -> str:
+    main = sys.modules.get("__main__")
+    for name, value in vars(main).items() if main is not None else ():
+        if value is root:
+            return name
+    return type(root).__name__
+
+
+def roots_of(params: List[torch.Tensor]) -> List[torch.nn.Module]:
+    """The outermost modules holding any of ``params``."""
+    ids = {id(p) for p in params}
+    owning = [o for o in gc.get_objects() if issubclass(type(o), torch.nn.Module)
+              and any(id(p) in ids for p in o.parameters())]
+    inner = {id(c) for m in owning for c in m.modules() if c is not m}
+    return [m for m in owning if id(m) not in inner]
+
+
+class Modes:
+    """The cached submodules of the optimized model trees, named ``model.2 (Dropout)``."""
+
+    def __init__(self) -> None:
+        self.modules: List[Tuple[str, torch.nn.Module]] = []
+
+    def discover(self, params: List[torch.Tensor]) -> None:
+        seen = set()
+        self.modules = []
+        for root in sorted(roots_of(params), key=_label):
+            label = _label(root)
+            for name, module in root.named_modules():
+                if id(module) not in seen:
+                    seen.add(id(module))
+                    self.modules.append((f"{label}.{name} ({type(module).__name__})" if name else label, module))
+
+    def in_eval(self) -> List[str]:
+        names = [name for name, module in self.modules if not module.training]
+        return names[:MAX_NAMES]

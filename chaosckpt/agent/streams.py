@@ -1,0 +1,107 @@
+"""Every random stream the job can draw from, each named by where it is held.
+
+Process-wide streams (torch's default CPU generator, Python's ``random``, numpy's
+global state, each CUDA device) are always there. Private ones are found by a
+scan of the objects the garbage collector tracks: ``torch.Generator``,
+``random.Random`` and ``numpy.random.Generator`` instances held in an object's
+attributes or a module's globals. The scan costs a few hundred milliseconds on a
+large program, so it runs at the first step and at saves, never per step.
+"""
+
+from __future__ import annotations
+
+import gc
+import random
+import sys
+import warnings
+import zlib
+from typing import Any, Dict, List, Tuple
+
+import torch
+
+from chaosckpt.agent.fingerprint import crc_of_tensor, python_random, rng_fingerprints
+
+MAX_PRIVATE = 32
+"""At most this many private streams are followed; a job with more is unusual and the rest are ignored."""
+
+
+def _kind(value: Any) -> str:
+    kind = type(value)
+    if issubclass(kind, torch.Generator):
+        return "torch.Generator"
+    if issubclass(kind, random.Random) and value is not getattr(random, "_inst", None):
+        return "random.Random"
+    np = sys.modules.get("numpy")
+    if np is not None and issubclass(kind, np.random.Generator):
+        return "numpy Generator"
+    return ""
+
+
+def _holders() -> List[Tuple[str, Dict[str, Any]]]:
+    """(name, namespace) pairs: the main script's globals, then every instance's ``__dict__``."""
+    out = []
+    main = sys.modules.get("__main__")
+    if main is not None:
+        out.append((f"{getattr(main, '__file__', '__main__').rsplit('/', 1)[-1]} globals", vars(main)))
+    module_type = type(sys)
+    with warnings.catch_warnings():  # touching odd objects (deprecated aliases) must not print into the job's output
+        warnings.simplefilter("ignore")
+        for obj in gc.get_objects():
+            kind = type(obj)
+            if issubclass(kind, (type, module_type)):
+                continue
+            try:
+                namespace = object.__getattribute__(obj, "__dict__")
+            except (AttributeError, TypeError):
+                continue
+            if isinstance(namespace, dict) and namespace:
+                out.append((kind.__name__, namespace))
+    return out
+
+
+def find_private() -> Dict[str, Any]:
+    """Private generators, by name: ``torch.Generator at DataLoader.generator``."""
+    names: Dict[int, List[str]] = {}
+    objects: Dict[int, Any] = {}
+    for holder, namespace in _holders():
+        for attr, value in list(namespace.items()):
+            kind = _kind(value)
+            if kind:
+                names.setdefault(id(value), []).append(f"{kind} at {holder}.{attr}" if not holder.endswith("globals")
+                                                       else f"{kind} `{attr}` ({holder})")
+                objects[id(value)] = value
+    found = {}
+    for key, labels in sorted(names.items(), key=lambda kv: sorted(kv[1])[0]):
+        label = " = ".join(sorted(set(labels)))
+        found[label] = objects[key]
+        if len(found) >= MAX_PRIVATE:
+            break
+    return found
+
+
+def fingerprint(value: Any) -> str:
+    if isinstance(value, torch.Generator):
+        return f"{crc_of_tensor(value.get_state()):08x}"
+    if isinstance(value, random.Random):
+        return python_random(value.getstate())
+    state = value.bit_generator.state
+    return f"{zlib.crc32(repr(state).encode()):08x}"
+
+
+class Streams:
+    """The streams followed in this process and their fingerprints at each step."""
+
+    def __init__(self) -> None:
+        self.private: Dict[str, Any] = {}
+
+    def rescan(self) -> None:
+        self.private = find_private()
+
+    def fingerprints(self) -> Dict[str, str]:
+        fps = rng_fingerprints()
+        for name, value in self.private.items():
+            try:
+                fps[name] = fingerprint(value)
+            except Exception:  # a generator on a device that went away: stop following it
+                continue
+        return fps

@@ -1,0 +1,64 @@
+"""Why a resume diverged, end to end: each job misses exactly one piece and must be told which."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import run_chaosckpt
+
+pytestmark = pytest.mark.e2e
+
+LOADER = "torch.Generator at DataLoader.generator = torch.Generator at RandomSampler.generator"
+
+
+def trial(project, tmp_path, scenario, *job_args):
+    res = run_chaosckpt(["run", "train.py", "-s", scenario, "--json", "--out", str(tmp_path / "r"), "--",
+                         "--epochs", "3", *job_args], cwd=project)
+    assert res.returncode in (0, 1), res.stdout + res.stderr
+    return res.returncode, res.trial
+
+
+def by_kind(t, kind):
+    return [f for f in t["findings"] if f["kind"] == kind]
+
+
+def test_eval_left_on_fails_a_job_that_never_calls_train(project, tmp_path):
+    rc, t = trial(project, tmp_path, "eval-left-on")
+    assert rc == 1 and t["outcome"] == "last-good" and t["reproduced"] is False
+    (modes,) = by_kind(t, "eval-mode-in-training")
+    assert "Sequential.2 (Dropout)" in modes["modules"]
+    assert (modes["first_step"], modes["last_step"]) == (17, 24)
+    assert by_kind(t, "rng-not-restored") == []  # dropout off changes torch's draws: not blamed on the checkpoint
+    assert "trained in eval mode" in t["headline"]
+
+
+def test_eval_left_on_passes_a_job_that_calls_train(project, tmp_path):
+    rc, t = trial(project, tmp_path, "eval-left-on", "--train-call")
+    assert rc == 0 and t["reproduced"] is True and t["findings"] == []
+
+
+def test_the_loader_generator_left_unrestored_is_named_by_where_it_is_held(project, tmp_path):
+    rc, t = trial(project, tmp_path, "kill9-mid-save", "--restore", "torch,python,numpy")
+    assert rc == 1
+    assert [f["stream"] for f in by_kind(t, "rng-not-restored")] == [LOADER]
+
+
+def test_numpy_state_left_unrestored_is_named(project, tmp_path):
+    rc, t = trial(project, tmp_path, "kill9-mid-save", "--numpy", "--restore", "torch,python,loader", "--bloat")
+    assert rc == 1
+    assert [f["stream"] for f in by_kind(t, "rng-not-restored")] == ["numpy"]
+    (bloat,) = by_kind(t, "checkpoint-view-bloat")
+    assert bloat["path"] == "head" and bloat["stored_bytes"] >= 1000 * bloat["view_bytes"]
+    assert bloat["saves"] == [1, 2, 3]
+
+
+def test_a_checkpoint_without_the_random_streams_the_loop_uses_gets_advice(tmp_path):
+    from conftest import REPO
+
+    project = tmp_path / "p"
+    project.mkdir()
+    (project / "train.py").write_text((REPO / "examples" / "naive_train.py").read_text())
+    res = run_chaosckpt(["run", "train.py", "-s", "kill9-mid-save", "--json", "--out", str(tmp_path / "r"), "--",
+                         "--epochs", "3"], cwd=project)
+    (missing,) = by_kind(res.trial, "rng-states-missing")
+    assert missing["message"].startswith("this checkpoint carries no RNG state; the loop draws from 1 stream (torch)")
