@@ -155,7 +155,8 @@ def test_malicious_checkpoint_is_reported_and_not_run(tmp_path, marker):
     [unsafe] = report["findings"]
     assert unsafe["kind"] == "unsafe-pickle"
     assert unsafe["callables"] == [f"{os.system.__module__}.system"]
-    assert unsafe["calls"] == [f"{os.system.__module__}.system('touch {marker}')"]
+    (call,) = unsafe["calls"]  # long arguments are shortened in the report
+    assert call.startswith(f"{os.system.__module__}.system('touch {str(marker)[:40]}")
     assert report["contents"]["keys"][0] == {"key": "model", "bytes": 8, "tensors": 1}
 
     torch.load(path, weights_only=False)

@@ -50,15 +50,3 @@ def test_numpy_state_left_unrestored_is_named(project, tmp_path):
     (bloat,) = by_kind(t, "checkpoint-view-bloat")
     assert bloat["path"] == "head" and bloat["stored_bytes"] >= 1000 * bloat["view_bytes"]
     assert bloat["saves"] == [1, 2, 3]
-
-
-def test_a_checkpoint_without_the_random_streams_the_loop_uses_gets_advice(tmp_path):
-    from conftest import REPO
-
-    project = tmp_path / "p"
-    project.mkdir()
-    (project / "train.py").write_text((REPO / "examples" / "naive_train.py").read_text())
-    res = run_chaosckpt(["run", "train.py", "-s", "kill9-mid-save", "--json", "--out", str(tmp_path / "r"), "--",
-                         "--epochs", "3"], cwd=project)
-    (missing,) = by_kind(res.trial, "rng-states-missing")
-    assert missing["message"].startswith("this checkpoint carries no RNG state; the loop draws from 1 stream (torch)")

@@ -54,40 +54,30 @@ def test_naive_example_fails_with_the_torn_checkpoint(tmp_path):
     shutil.copy(REPO / "examples" / "naive_train.py", project / "train.py")
     results = tmp_path / "results"
 
-    res = trial_of(project, "train.py", "--", "--epochs", "4", out=results)
+    res = run_chaosckpt(["run", "train.py", "-s", "kill9-mid-save", "--out", str(results), "--", "--epochs", "4"],
+                        cwd=project)
 
     assert res.returncode == 1, res.stderr
-    trial = res.trial
+    lines = res.stdout.splitlines()
+    assert lines[0].startswith("FAILED kill9-mid-save: resume crashed loading ckpt/last.pt (unreadable: ")
+    assert lines[0].endswith("the last good checkpoint was step 16")
+    assert any(line.startswith("  - in-place-save: ") for line in lines[1:])
+    assert lines[-1].startswith("  results and logs: ")
+    (stored,) = results.glob("*/result.json")
+    trial = json.loads(stored.read_text())["trials"][0]
+    assert trial["headline"] == lines[0]
     assert trial["status"] == "failed" and trial["outcome"] == "crashed"
     assert trial["error_path"] == "ckpt/last.pt"
     assert trial["last_good_step"] == 16 and trial["lost_steps"] == 32
-    assert trial["headline"].startswith(
-        "FAILED kill9-mid-save: resume crashed loading ckpt/last.pt (unreadable: "
-    )
-    assert trial["headline"].endswith("the last good checkpoint was step 16")
     # the killed save left exactly the bytes written before the fault
     assert trial["fault"]["files"]["ckpt/last.pt"] == trial["fault"]["bytes"]
     (torn,) = [f for f in trial["findings"] if f["kind"] == "torn-checkpoint"]
     assert torn["path"] == "ckpt/last.pt" and 0 < torn["bytes"] < torn["full_bytes"]
     (finding,) = [f for f in trial["findings"] if f["kind"] == "in-place-save"]
     assert finding["path"] == "ckpt/last.pt" and finding["overwritten_step"] == 16
+    (missing,) = [f for f in trial["findings"] if f["kind"] == "rng-states-missing"]
+    assert missing["message"].startswith("this checkpoint carries no RNG state; the loop draws from 1 stream (torch)")
     assert processes_of(results) == []
-
-
-def test_human_output_is_one_headline_then_evidence(project, tmp_path):
-    res = run_chaosckpt(["run", "train.py", "-s", "kill9-mid-save", "--out", str(tmp_path / "r"), "--", "--save", "inplace"],
-                        cwd=project)
-    assert res.returncode == 1
-    lines = res.stdout.splitlines()
-    assert lines[0].startswith("FAILED kill9-mid-save: resume crashed loading ckpt/last.pt (unreadable")
-    assert any(line.startswith("  - in-place-save: ") for line in lines[1:])
-    assert lines[-1].startswith("  results and logs: ")
-
-
-def test_saves_through_a_file_object_are_caught(project, tmp_path):
-    res = trial_of(project, "train.py", "--", "--save", "fileobj-inplace", out=tmp_path / "r")
-    assert res.returncode == 1
-    assert res.trial["outcome"] == "crashed" and res.trial["error_path"] == "ckpt/last.pt"
 
 
 def test_a_random_stream_left_unrestored_is_named(project, tmp_path):
@@ -122,10 +112,11 @@ def test_resume_args_are_appended_for_the_resume_run(project, tmp_path):
     assert resume["command"][-2:] == ["--resume-flag", "--resumed"]
 
 
-def test_explicit_write_index(project, tmp_path):
-    res = trial_of(project, "train.py", "-p", "write=3", "--", "--save", "inplace", out=tmp_path / "r")
+def test_explicit_write_index_of_a_save_through_a_file_object(project, tmp_path):
+    res = trial_of(project, "train.py", "-p", "write=3", "--", "--save", "fileobj-inplace", out=tmp_path / "r")
     assert res.returncode == 1
     assert res.trial["fault"]["write"] == 3 and res.trial["outcome"] == "crashed"
+    assert res.trial["error_path"] == "ckpt/last.pt"
 
 
 def _events(run_dir: Path):

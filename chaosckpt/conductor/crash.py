@@ -224,3 +224,17 @@ def missing_durability(disk: Disk, path: str, model: Model, name=lambda p: p) ->
         if disk.durable_names.get(directory, {}).get(path) != key:
             return f"its name was not made durable: no fsync of {name(directory)}/ after it was created or renamed"
     return None
+
+
+def unseen(disk: Disk) -> List[str]:
+    """Files under the roots that the journal never saw written: native code (safetensors, a C++ writer)
+    wrote them, so no model can say what of them survives."""
+    found = []
+    for root in disk.roots:
+        for parent, _, files in os.walk(root):
+            for f in files:
+                path = os.path.join(parent, f)
+                st = os.lstat(path)
+                if (st.st_dev, st.st_ino) not in disk.inodes:
+                    found.append(path)
+    return sorted(found)

@@ -183,6 +183,13 @@ class TrialRunner:
         if scen.fault == "power-loss":
             for op in faulted_log.ops():
                 disk.apply(op)
+            for path in crash.unseen(disk):
+                self.trial.findings.append(Finding(
+                    "not-interposed",
+                    f"{self._rel(path, work)} was written by code chaosckpt cannot see (native writes, such as "
+                    "safetensors'), so the power-loss model left it as the job wrote it: its durability is not judged",
+                    {"path": self._rel(path, work)},
+                ))
             entries = disk.after_crash(scen.trigger.model)
             crash.materialize(entries, roots)
             self.trial.fault["model"] = scen.trigger.model

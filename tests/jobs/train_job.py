@@ -1,6 +1,7 @@
 """A configurable training job for end-to-end tests: each flag removes or adds one piece of robustness."""
 
 import argparse
+import ctypes
 import io
 import os
 import random
@@ -20,6 +21,7 @@ p.add_argument("--catch", action="store_true", help="carry on when a save fails"
 p.add_argument("--train-call", action="store_true", help="call model.train() at the start of every epoch")
 p.add_argument("--numpy", action="store_true", help="augment with numpy's global random state too")
 p.add_argument("--bloat", action="store_true", help="save a 10-element slice of a 1M-element buffer")
+p.add_argument("--native-write", action="store_true", help="also write ckpt/extra.bin through libc, unseen by Python")
 p.add_argument("--copy-best", action="store_true", help="copy each checkpoint to best.pt with shutil.copyfile")
 p.add_argument("--restore", default="torch,python,loader,numpy", help="random streams the checkpoint restores")
 p.add_argument("--epochs", type=int, default=4)
@@ -108,6 +110,11 @@ def main():
             os.replace(path + ".tmp", path)
             if args.save == "atomic":
                 fsync_dir(os.path.dirname(path))
+        if args.native_write:
+            libc = ctypes.CDLL(None)
+            fd = libc.open(b"ckpt/extra.bin", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            libc.write(fd, b"native bytes", 12)
+            libc.close(fd)
         if args.copy_best:
             shutil.copyfile(path, os.path.join(os.path.dirname(path), "best.pt"))
 
