@@ -89,7 +89,7 @@ def rng_kind(value: Any, path: str = "") -> Optional[str]:
         if len(value) == 3 and type(value[0]) is int and value[0] == 3 and isinstance(value[1], (tuple, list)) \
                 and len(value[1]) == 625 and (value[2] is None or isinstance(value[2], float)):
             return "Python random"
-        if len(value) == 5 and value[0] == "MT19937" and (
+        if len(value) == 5 and isinstance(value[0], str) and value[0] == "MT19937" and (
                 _is_array(value[1], "uint32", (624,)) or (isinstance(value[1], list) and len(value[1]) == 624)):
             return "numpy RandomState (MT19937)"
         return None

@@ -92,12 +92,17 @@ def test_the_cli_prints_a_config_error_in_one_line_with_exit_2(project):
     assert res.stderr.strip().splitlines() == ["chaosckpt: error: pyproject.toml: tool.chaosckpt.seed must be a whole number, got 'x'"]
 
 
-def test_more_than_one_rank_is_refused_until_multi_rank_exists(project):
-    res = run_chaosckpt(["suite", "train.py", "--nproc", "2"], cwd=project)
+def test_ranks_are_launched_through_torch_distributed_run(project):
+    import sys
+
+    from chaosckpt.conductor import invocation
+
+    command = invocation.with_ranks([sys.executable, "train.py", "--lr", "1"], 2)
+    assert command == [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone",
+                       "train.py", "--lr", "1"]
+    res = run_chaosckpt(["suite", "train.py", "--nproc", "0"], cwd=project)
     assert res.returncode == 2
-    assert res.stderr.strip().splitlines() == [
-        f"chaosckpt: error: nproc = 2: multi-rank runs are not available yet in chaosckpt {__import__('chaosckpt').__version__}; set nproc = 1"
-    ]
+    assert res.stderr.strip().splitlines() == ["chaosckpt: error: --nproc must be a whole number >= 1, got 0"]
     assert not (project / "chaosckpt-results").exists()
 
 

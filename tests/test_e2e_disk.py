@@ -94,7 +94,7 @@ def test_power_loss_after_an_in_place_save(project, tmp_path):
     assert rc == 1 and t["outcome"] == "crashed"
     assert "acknowledged-checkpoint-lost" in kinds(t)
     (native,) = [f for f in t["findings"] if f["kind"] == "not-interposed"]
-    assert native["path"] == "ckpt/extra.bin"
+    assert native["path"] == "ckpt/extra.bin" and t["fault"]["files"]["ckpt/extra.bin"] == len(b"native bytes")
 
 
 def test_power_loss_after_an_operation_inside_the_save(project, tmp_path):
@@ -176,15 +176,15 @@ def test_tempfile_move_and_rmtree_are_journaled(tmp_path):
     work = tmp_path / "work"
     (work / "ckpt").mkdir(parents=True)
     (work / "job.py").write_text(JOURNALED)
-    import tempfile
-
-    fault = {"kind": "halt", "save": 99, "after_save": True,
-             "track": [str((work / "ckpt").resolve()), tempfile.gettempdir()]}
-    result = launcher.launch(launcher.RunSpec("journal", [sys.executable, "job.py"], work, tmp_path / "run", 120, fault))
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    fault = {"kind": "halt", "save": 99, "after_save": True, "track": [str((work / "ckpt").resolve()), str(temp)]}
+    result = launcher.launch(launcher.RunSpec("journal", [sys.executable, "job.py"], work, tmp_path / "run", 120, fault,
+                                              env={"TMPDIR": str(temp)}))
     assert result.returncode == 0, result.stderr.read_text()
     ops = RunLog.read(result.events_dir).ops()
     (move,) = [o for o in ops if o["op"] == "rename"]
-    assert Path(move["dst"]).name == "last.pt" and not move["src"].startswith(str(work.resolve()))
+    assert Path(move["dst"]).name == "last.pt" and Path(move["src"]).parent == temp
     written = [o for o in ops if o["op"] == "write" and o["ino"] == move["ino"]]
     synced = [o for o in ops if o["op"] == "fsync" and o["ino"] == move["ino"]]
     assert written and synced and synced[-1]["size"] == sum(o["len"] for o in written)

@@ -30,7 +30,10 @@ class EventWriter:
             self._pid = pid
         event = {"v": protocol.SCHEMA_VERSION, "t": kind, "ts": time.time(), "pid": pid}
         event.update(fields)
-        _write(self._fd, protocol.encode(event))
+        try:
+            _write(self._fd, protocol.encode(event))
+        except (OSError, TypeError, ValueError):
+            pass  # a full disk or a value JSON cannot hold must not break the job; the conductor sees the gap
 
     def raise_flag(self, prefix: str) -> None:
         """Create an empty marker file ``<prefix><pid>`` the conductor polls for."""

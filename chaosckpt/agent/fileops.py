@@ -15,7 +15,6 @@ from __future__ import annotations
 import builtins
 import io
 import os
-import shutil
 import stat
 import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -24,7 +23,6 @@ from chaosckpt.agent.faults import disk_full_error
 
 _os_open, _os_close, _os_fstat, _os_link = os.open, os.close, os.fstat, os.link
 _os_stat, _os_lstat = os.stat, os.lstat
-_copyfileobj = shutil.copyfileobj
 
 Inode = Tuple[int, int]
 
@@ -79,10 +77,14 @@ class Journal:
             except OSError:
                 pass
         with builtins_open(path, "rb") as src, builtins_open(dest, "wb") as dst:
-            if length is None:
-                _copyfileobj(src, dst)
-            else:
-                dst.write(src.read(length))
+            remaining = length
+            while remaining is None or remaining > 0:
+                chunk = src.read(1 << 20 if remaining is None else min(1 << 20, remaining))
+                if not chunk:
+                    break
+                dst.write(chunk)
+                if remaining is not None:
+                    remaining -= len(chunk)
         return dest
 
     # ---- hooks called by the patched functions -------------------------------------------
@@ -188,7 +190,7 @@ class TrackedFileIO(io.FileIO):
         return written
 
     def close(self) -> None:
-        if not self.closed:
+        if not self.closed and self.closefd:
             self.journal.closed(self.fileno())
         super().close()
 
@@ -230,13 +232,14 @@ def install(journal: Journal) -> None:
                 return original_open(file, mode, buffering, encoding, errors, newline, closefd, opener)
             existed, keep = True, None
         else:
-            if not writing or not journal.is_tracked(file):
+            invalid = buffering == 0 and "b" not in mode or "b" in mode and (encoding or errors or newline)
+            if not writing or invalid or not journal.is_tracked(file):
                 return original_open(file, mode, buffering, encoding, errors, newline, closefd, opener)
-            path = os.fspath(file)
+            path = os.fsdecode(file)
             existed, _, keep = journal.before_open(path, _flags_of(mode))
         raw_mode = mode.replace("b", "").replace("t", "")
         raw = TrackedFileIO(file, raw_mode, closefd=closefd, opener=opener)
-        if not isinstance(file, int):
+        if not isinstance(file, int) and journal.fd_path(raw.fileno()) is None:  # an opener calling os.open journaled it
             journal.opened(path, raw.fileno(), _flags_of(mode), existed, keep)
         if buffering == 0:
             if "b" not in mode:

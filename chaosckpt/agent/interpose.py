@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import os
 import random
+import threading
 from typing import Any, Optional
 
 import torch
@@ -85,19 +86,19 @@ def install(rec: Recorder) -> None:
 
     _patch(torch.optim.Optimizer, "__init__", make_optimizer_init)
 
-    in_backward = [False]
+    local = threading.local()  # Tensor.backward calls autograd.backward: record once per thread's call
 
     def make_backward(original):
         def backward(tensor, *args, **kwargs):
-            if in_backward[0]:
+            if getattr(local, "inside", False):
                 return original(tensor, *args, **kwargs)
-            in_backward[0] = True
+            local.inside = True
             try:
                 if isinstance(tensor, torch.Tensor):
-                    rec.on_backward(tensor)
+                    rec.guarded(rec.on_backward, tensor)
                 return original(tensor, *args, **kwargs)
             finally:
-                in_backward[0] = False
+                local.inside = False
         return backward
 
     _patch(torch.Tensor, "backward", make_backward)
@@ -107,13 +108,13 @@ def install(rec: Recorder) -> None:
         def scale(self, outputs):
             result = original(self, outputs)
             if isinstance(outputs, torch.Tensor) and result is not outputs:
-                rec.on_scaled(result, outputs)
+                rec.guarded(rec.on_scaled, result, outputs)
             return result
         return scale
 
     def make_update(original):
         def update(self, *args, **kwargs):
-            rec.on_scaler_update()
+            rec.guarded(rec.on_scaler_update)
             return original(self, *args, **kwargs)
         return update
 

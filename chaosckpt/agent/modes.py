@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import sys
+import weakref
 from typing import List, Tuple
 
 import torch
@@ -36,10 +37,11 @@ def roots_of(params: List[torch.Tensor]) -> List[torch.nn.Module]:
 
 
 class Modes:
-    """The cached submodules of the optimized model trees, named ``model.2 (Dropout)``."""
+    """The cached submodules of the optimized model trees, named ``model.2 (Dropout)``; held weakly, so a job
+    that builds a new model frees the old one."""
 
     def __init__(self) -> None:
-        self.modules: List[Tuple[str, torch.nn.Module]] = []
+        self.modules: List[Tuple[str, weakref.ref]] = []
 
     def discover(self, params: List[torch.Tensor]) -> None:
         seen = set()
@@ -49,8 +51,13 @@ class Modes:
             for name, module in root.named_modules():
                 if id(module) not in seen:
                     seen.add(id(module))
-                    self.modules.append((f"{label}.{name} ({type(module).__name__})" if name else label, module))
+                    name = f"{label}.{name} ({type(module).__name__})" if name else label
+                    self.modules.append((name, weakref.ref(module)))
 
     def in_eval(self) -> List[str]:
-        names = [name for name, module in self.modules if not module.training]
+        names = []
+        for name, ref in self.modules:
+            module = ref()
+            if module is not None and not module.training:
+                names.append(name)
         return names[:MAX_NAMES]

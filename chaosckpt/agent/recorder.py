@@ -5,17 +5,18 @@ from __future__ import annotations
 import os
 import sys
 import weakref
-from typing import Dict, List, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional
 
 import torch
 
-from chaosckpt import checkpoint_content
 from chaosckpt.agent import faults, fingerprint
 from chaosckpt.agent.channel import EventWriter
 from chaosckpt.agent.faults import ArmedFault
-from chaosckpt.agent.fileops import Journal
 from chaosckpt.agent.modes import Modes
 from chaosckpt.agent.streams import Streams
+
+if TYPE_CHECKING:  # imported by the runtime only when a fault asks for the journal
+    from chaosckpt.agent.fileops import Journal
 
 
 def _one_line(exc: BaseException) -> str:
@@ -41,7 +42,7 @@ class Recorder:
         self._scaled: Dict[int, torch.Tensor] = {}
         self._need_digest = True
         self.saving = False  # inside a save: saves it makes itself (DCP's items) are part of it
-        self.journal: Optional[Journal] = None
+        self.journal: Optional["Journal"] = None
         self.streams = Streams()
         self.modes = Modes()
         self._last_rng: Dict[str, str] = {}
@@ -101,6 +102,13 @@ class Recorder:
         unscaled = self._scaled.pop(id(tensor), None)
         self._pending_losses.append(unscaled if unscaled is not None else tensor.detach())
 
+    def guarded(self, hook, *args) -> None:
+        """Run a recording hook; whatever goes wrong in it stays out of the job (its events just miss)."""
+        try:
+            hook(*args)
+        except Exception:
+            self._pending_losses.clear()
+
     def on_scaled(self, scaled: torch.Tensor, loss: torch.Tensor) -> None:
         """GradScaler.scale produced ``scaled`` from ``loss``: record the unscaled value at backward."""
         self._scaled[id(scaled)] = loss.detach()
@@ -116,11 +124,14 @@ class Recorder:
         if not self.enabled:
             return
         self.fire_pending()
-        if self._primary is None:
+        if self._primary is None or self._primary() is None:
             self._primary = weakref.ref(optimizer)
         elif self._primary() is not optimizer:
             return
         self.step += 1
+        self.guarded(self._record_step, optimizer)
+
+    def _record_step(self, optimizer: torch.optim.Optimizer) -> None:
         params = self.params()
         if self.step == 1:
             self.streams.rescan()
@@ -162,10 +173,7 @@ class Recorder:
         self.saves += 1
         fields: Dict[str, object] = {}
         if obj is not None and self.step:
-            self.streams.rescan()
-            found = checkpoint_content.analyse(obj, streams=sorted(self._drawn))["findings"]
-            if found:
-                fields["content"] = found
+            self.guarded(self._look_into, obj, fields)
         if self.journal is not None:
             if path is not None:
                 self.journal.track(path if via == "dcp" else os.path.dirname(os.path.abspath(path)))
@@ -176,7 +184,7 @@ class Recorder:
             step=self.step,
             path=None if path is None else os.path.abspath(path),
             via=via,
-            digest=fingerprint.exact_digest(self.params()),
+            digest=self._digest(),
             **fields,
         )
         fault = self.fault
@@ -188,6 +196,21 @@ class Recorder:
                 self._op_base = self.journal.ops
                 self.journal.on_op = self._count_op
         return self.saves
+
+    def _digest(self) -> str:
+        try:
+            return fingerprint.exact_digest(self.params())
+        except Exception:  # parameters it cannot read (a sharded tensor): the save is still recorded
+            return "unavailable"
+
+    def _look_into(self, obj: object, fields: Dict[str, object]) -> None:
+        """What the saved object holds, against the streams the loop draws from (view bloat, RNG states)."""
+        from chaosckpt import checkpoint_content  # at the first save, not in every process's start-up
+
+        self.streams.rescan()
+        found = checkpoint_content.analyse(obj, streams=sorted(self._drawn))["findings"]
+        if found:
+            fields["content"] = found
 
     def save_end(self, save: int, nbytes: int, writes: int, error: Optional[BaseException]) -> None:
         self.saving = False
@@ -215,8 +238,11 @@ class Recorder:
         self._need_digest = True
 
     def restored(self, what: str, obj: object) -> None:
-        self.emit("restore", what=what, name=type(obj).__name__)
-        self._need_digest = True
+        if what in ("module", "optimizer"):
+            self.emit("restore", what=what, name=type(obj).__name__)
+            self._need_digest = True
+        elif self.step == 0:  # RNG restores mid-run (activation checkpointing, fork_rng) are not resumes
+            self.emit("restore", what=what, name=type(obj).__name__)
         fault = self.fault
         if fault is not None and fault.kind == "eval" and what == "module" and not self._eval_done:
             self._eval_done = True

@@ -62,6 +62,7 @@ class ImportHook:
         return self._loader.create_module(spec)
 
     def exec_module(self, module):
+        module.__loader__ = module.__spec__.loader = self._loader  # the module keeps its real loader
         self._loader.exec_module(module)
         try:
             self._on_loaded()

@@ -62,11 +62,11 @@ def encode(indices: array) -> Dict[str, Any]:
     t = torch.frombuffer(indices, dtype=torch.int64)
     if int(t.min()) < 0:
         return fields
-    present = torch.zeros(int(t.max()) + 1, dtype=torch.bool).index_fill_(0, t, True)
+    present = torch.zeros(int(t.max()) + 1, dtype=torch.bool, device="cpu").index_fill_(0, t, True)
     repeats = len(indices) - int(present.sum())
     dups: Dict[str, int] = {}
     if repeats:
-        counts = torch.bincount(t)
+        counts = torch.bincount(t).cpu()
         for i in (counts > 1).nonzero().flatten()[:MAX_DUPS].tolist():
             dups[str(i)] = int(counts[i]) - 1
     padded = torch.nn.functional.pad(present.to(torch.uint8), (0, -present.numel() % 8))
@@ -83,6 +83,14 @@ def _flatten(items: List[Any]) -> Optional[array]:
             return array("q", list(itertools.chain.from_iterable(items)))
         return array("q", items)
     except (TypeError, OverflowError):
+        return None
+
+
+def _plain(value: Any, kind: type) -> Any:
+    """``value`` as a JSON-ready int or bool (samplers may hold numpy scalars), or None."""
+    try:
+        return None if value is None else kind(value)
+    except (TypeError, ValueError):
         return None
 
 
@@ -120,10 +128,16 @@ class Pass:
         self.items = []
 
     def close(self, rec: Any, complete: bool) -> None:
-        """Emit this pass's ``sampler`` event, once."""
+        """Emit this pass's ``sampler`` event, once; a failure to describe the pass never reaches the job."""
         if self.closed or not rec.enabled:
             return
         self.closed = True
+        try:
+            self._emit(rec, complete)
+        except Exception:
+            self.packed = None
+
+    def _emit(self, rec: Any, complete: bool) -> None:
         sampler = self.sampler
         epoch = self.epoch
         self.pack()
@@ -133,9 +147,9 @@ class Pass:
             rank=rec.rank,
             sampler=type(sampler).__name__,
             size=_size(sampler),
-            replicas=getattr(sampler, "num_replicas", None),
-            srank=getattr(sampler, "rank", None),
-            shuffle=getattr(sampler, "shuffle", None),
+            replicas=_plain(getattr(sampler, "num_replicas", None), int),
+            srank=_plain(getattr(sampler, "rank", None), int),
+            shuffle=_plain(getattr(sampler, "shuffle", None), bool),
             epoch=epoch if isinstance(epoch, int) else None,
             step=self.step,
             complete=complete,

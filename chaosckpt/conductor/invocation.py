@@ -82,3 +82,15 @@ def ckpt_dirs(dirs: Sequence[str], workdir: Path) -> List[str]:
             raise UsageError(f"--ckpt-dir {d} is outside the working directory {workdir}")
         out.append(os.path.relpath(resolved, workdir))
     return out
+
+
+def with_ranks(command: List[str], nproc: Optional[int]) -> List[str]:
+    """``--nproc N`` (or ``nproc`` in the config): the script's command run as N local ranks by torch.distributed.run."""
+    if nproc is None:
+        return command
+    if nproc < 1:
+        raise UsageError(f"--nproc {nproc} is invalid: give the number of ranks, 1 or more")
+    if command[0] != sys.executable or not command[1].endswith(".py"):
+        raise UsageError("--nproc runs a SCRIPT.py; to start ranks your own way, give the launcher after --, "
+                         "e.g. -- torchrun --nproc_per_node 2 train.py")
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--standalone", *command[1:]]

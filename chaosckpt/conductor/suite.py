@@ -291,11 +291,10 @@ def worker(spec_path: Path) -> int:
 
     spec = json.loads(spec_path.read_text())
     scen = scenarios.load(spec["scenario"], spec["params"])
-    extra = {"nproc": spec["nproc"]} if "nproc" in {f.name for f in dataclasses.fields(TrialOptions)} else {}
     opts = TrialOptions(
         spec["command"], spec["resume_command"], Path(spec["workdir"]), Path(spec["results_dir"]),
         spec["timeout"], spec["tolerance"], spec["keep_sandbox"], reference=Path(spec["reference"]),
-        exclude=[Path(p) for p in spec["exclude"]], **extra,
+        exclude=[Path(p) for p in spec["exclude"]],
     )
     trial = run_trial(scen, opts)
     atomic.write_text(opts.results_dir / "result.json", json.dumps(document([trial]), indent=2) + "\n")

@@ -181,19 +181,7 @@ class TrialRunner:
             self._sweep(proc, faulted_log, ref, disk, roots, work)
             return
         if scen.fault == "power-loss":
-            for op in faulted_log.ops():
-                disk.apply(op)
-            for path in crash.unseen(disk):
-                self.trial.findings.append(Finding(
-                    "not-interposed",
-                    f"{self._rel(path, work)} was written by code chaosckpt cannot see (native writes, such as "
-                    "safetensors'), so the power-loss model left it as the job wrote it: its durability is not judged",
-                    {"path": self._rel(path, work)},
-                ))
-            entries = disk.after_crash(scen.trigger.model)
-            crash.materialize(entries, roots)
-            self.trial.fault["model"] = scen.trigger.model
-            self.trial.fault["files"] = {self._rel(e.path, work): e.length for e in entries}
+            self._power_loss(disk, faulted_log, roots, work)
         if not faulted.fault_fired and faulted.returncode == 0:
             self._judge_survivor(ref, faulted_log.trainer() or proc, work)
             return
@@ -256,6 +244,24 @@ class TrialRunner:
             raise _Stop("resume-took-no-steps", f"the resumed job exited with status {resume.returncode} without a step")
         passed = ranks_ok and recovered_ok and (trial.reproduced or not self.scenario.expect.reproduced)
         trial.status = "passed" if passed else "failed"
+
+    def _power_loss(self, disk: "crash.Disk", faulted: RunLog, roots: List[str], work: Path) -> None:
+        """Rewrite the checkpoint directories into what the disk holds when the power comes back."""
+        for op in faulted.ops():
+            disk.apply(op)
+        model = self.scenario.trigger.model
+        entries = disk.after_crash(model)
+        for path in crash.unseen(disk):
+            entries.append(crash.Entry(path, path, os.path.getsize(path)))
+            self.trial.findings.append(Finding(
+                "not-interposed",
+                f"{self._rel(path, work)} was written by code chaosckpt cannot see (native writes, such as "
+                "safetensors'), so the power-loss model left it as the job wrote it: its durability is not judged",
+                {"path": self._rel(path, work)},
+            ))
+        crash.materialize(entries, roots)
+        self.trial.fault["model"] = model
+        self.trial.fault["files"] = {self._rel(e.path, work): e.length for e in entries}
 
     def _sweep(self, proc: ProcessLog, faulted: RunLog, ref: ProcessLog, disk: "crash.Disk", roots: List[str],
                work: Path) -> None:

@@ -7,7 +7,6 @@ import os
 import shlex
 import sys
 from pathlib import Path
-from typing import List, Optional
 
 import click
 
@@ -15,18 +14,6 @@ from chaosckpt.conductor import atomic, invocation, render, scenario as scenario
 from chaosckpt.conductor.errors import EXIT_CODES, UsageError, exit_code
 from chaosckpt.conductor.result import document
 from chaosckpt.conductor.trial import TrialOptions, run_trial
-
-
-def _with_ranks(command: List[str], nproc: Optional[int]) -> List[str]:
-    """``--nproc N``: the script's command run as N local ranks by torch.distributed.run."""
-    if nproc is None:
-        return command
-    if nproc < 1:
-        raise UsageError(f"--nproc {nproc} is invalid: give the number of ranks, 1 or more")
-    if command[0] != sys.executable or not command[1].endswith(".py"):
-        raise UsageError("--nproc runs a SCRIPT.py; to start ranks your own way, give the launcher after --, "
-                         "e.g. -- torchrun --nproc_per_node 2 train.py")
-    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--standalone", *command[1:]]
 
 
 @click.command("run", epilog=EXIT_CODES)
@@ -80,7 +67,7 @@ def command(args, scenario_name, params, resume_args, resume_cmd, timeout, toler
         raise UsageError(f"--workdir {workdir} is not a directory")
     overrides = dict(scenarios.parse_param(p) for p in params)
     scen = scenarios.load(scenario_name, overrides)
-    command = _with_ranks(invocation.job_command(args, workdir), nproc)
+    command = invocation.with_ranks(invocation.job_command(args, workdir), nproc)
     resume = invocation.resume_command(command, invocation.split("--resume-args", resume_args), invocation.split("--resume-cmd", resume_cmd))
     if timeout <= 0:
         raise UsageError(f"--timeout {timeout:g} is invalid: a run needs some time; give seconds > 0")

@@ -14,23 +14,13 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import click
 
-from chaosckpt import __version__
 from chaosckpt.conductor import atomic, cache, config as configs, history, invocation, scenario as scenarios
 from chaosckpt.conductor.commands import report as report_command
-from chaosckpt.conductor.commands import run as run_command
 from chaosckpt.conductor.errors import EXIT_CODES, ExitCode, UsageError, exit_code
 from chaosckpt.conductor.reports import stored
 from chaosckpt.conductor.result import document
 from chaosckpt.conductor.suite import Finished, Plan, PlannedTrial, Suite, completed_saves, prepare_reference
 from chaosckpt.conductor.suite import random_points, scenario_label, trial_ids, trigger_keys
-from chaosckpt.conductor.trial import TrialOptions
-
-
-def multi_rank_supported() -> bool:
-    """Whether trials can run several ranks: the ``run`` command and the trial runner both take ``nproc``."""
-    return any(p.name == "nproc" for p in run_command.command.params) and "nproc" in {
-        f.name for f in dataclasses.fields(TrialOptions)
-    }
 
 
 def _scenario_name(name: str, base: Path) -> str:
@@ -68,9 +58,8 @@ def _new_plan(conf: configs.SuiteConfig, from_cli: bool, params: Dict[str, Any])
     workdir = conf.workdir.resolve()
     if not workdir.is_dir():
         raise UsageError(f"workdir {conf.workdir} is not a directory")
-    if conf.nproc > 1 and not multi_rank_supported():
-        raise UsageError(f"nproc = {conf.nproc}: multi-rank runs are not available yet in chaosckpt {__version__}; set nproc = 1")
     command, args = _job(conf, from_cli, workdir)
+    command = invocation.with_ranks(command, conf.nproc if conf.nproc != 1 else None)
     resume = invocation.resume_command(command, conf.resume_args, conf.resume_command)
     if conf.resume_command is not None:
         resume_option = [f"--resume-cmd={shlex.join(conf.resume_command)}"]
@@ -142,7 +131,7 @@ def _line(item: Finished) -> str:
 @click.option("-p", "--param", "params", multiple=True, metavar="KEY=VALUE", help="Override a parameter of every scenario.")
 @click.option("--resume-args", default=None, metavar="ARGS", help="Arguments appended to the command for resume runs.")
 @click.option("--resume-cmd", default=None, metavar="CMD", help="A different command for resume runs.")
-@click.option("--nproc", type=int, default=None, help="Ranks per run (multi-rank runs are not available yet).")
+@click.option("--nproc", type=int, default=None, help="Ranks per run, launched through torch.distributed.run (SCRIPT.py jobs).")
 @click.option("--timeout", type=float, default=None, metavar="SECONDS", help="Per-run limit (default 3600).")
 @click.option("--tolerance", type=float, default=None, metavar="REL", help="Relative tolerance; 0 (default) is bitwise.")
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Results folder (default chaosckpt-results).")
