@@ -207,7 +207,6 @@ class Recorder:
         """What the saved object holds, against the streams the loop draws from (view bloat, RNG states)."""
         from chaosckpt import checkpoint_content  # at the first save, not in every process's start-up
 
-        self.streams.rescan()
         found = checkpoint_content.analyse(obj, streams=sorted(self._drawn))["findings"]
         if found:
             fields["content"] = found

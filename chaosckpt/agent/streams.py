@@ -5,7 +5,7 @@ global state, each CUDA device) are always there. Private ones are found by a
 scan of the objects the garbage collector tracks: ``torch.Generator``,
 ``random.Random`` and ``numpy.random.Generator`` instances held in an object's
 attributes or a module's globals. The scan costs a few hundred milliseconds on a
-large program, so it runs at the first step and at saves, never per step.
+large program, so it runs once, at the first step of each process.
 """
 
 from __future__ import annotations
@@ -37,18 +37,25 @@ def _kind(value: Any) -> str:
     return ""
 
 
+_NO_ATTRIBUTES = frozenset({
+    dict, list, tuple, set, frozenset, type(sys), type(_kind), type(len), type(print.__call__), type(_kind.__code__),
+    type((lambda: 0).__closure__ or (lambda x=0: (lambda: x))().__closure__[0]), property, staticmethod, classmethod,
+    type(object.__init__), type(str.join), type(dict.__dict__["fromkeys"]), type(sys._getframe()),
+})
+"""Types that make up most of the heap and never hold a generator as an attribute: skipped by the scan."""
+
+
 def _holders() -> List[Tuple[str, Dict[str, Any]]]:
     """(name, namespace) pairs: the main script's globals, then every instance's ``__dict__``."""
     out = []
     main = sys.modules.get("__main__")
     if main is not None:
         out.append((f"{getattr(main, '__file__', '__main__').rsplit('/', 1)[-1]} globals", vars(main)))
-    module_type = type(sys)
     with warnings.catch_warnings():  # touching odd objects (deprecated aliases) must not print into the job's output
         warnings.simplefilter("ignore")
         for obj in gc.get_objects():
             kind = type(obj)
-            if issubclass(kind, (type, module_type)):
+            if kind in _NO_ATTRIBUTES or issubclass(kind, type):
                 continue
             try:
                 namespace = object.__getattribute__(obj, "__dict__")
