@@ -74,10 +74,15 @@ def processes_of(results: Path) -> List[int]:
     return found
 
 
+def project_with(tmp_path: Path, job: Path) -> Path:
+    """A user's project folder holding ``job`` as ``train.py``."""
+    root = tmp_path / "project"
+    root.mkdir()
+    shutil.copy(job, root / "train.py")
+    return root
+
+
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     """A user's project folder holding the configurable test job as ``train.py``."""
-    root = tmp_path / "project"
-    root.mkdir()
-    shutil.copy(JOB, root / "train.py")
-    return root
+    return project_with(tmp_path, JOB)

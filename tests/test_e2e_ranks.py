@@ -6,7 +6,6 @@ epoch, 4 epochs. Save 2 is interrupted, so the job's last good checkpoint is ste
 
 from __future__ import annotations
 
-import shutil
 import sys
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import pytest
 from chaosckpt.conductor import coverage, launcher
 from chaosckpt.conductor.runlog import RunLog
 from chaosckpt.protocol import read_event_file
-from conftest import processes_of, run_chaosckpt
+from conftest import processes_of, project_with, run_chaosckpt
 
 pytestmark = pytest.mark.e2e
 
@@ -24,10 +23,7 @@ DDP_JOB = Path(__file__).resolve().parent / "jobs" / "ddp_job.py"
 
 @pytest.fixture
 def ddp_project(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
-    root.mkdir()
-    shutil.copy(DDP_JOB, root / "train.py")
-    return root
+    return project_with(tmp_path, DDP_JOB)
 
 
 def trial_of(project: Path, scenario: str, *args: str, out: Path, timeout: str = "120"):
