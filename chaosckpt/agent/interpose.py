@@ -129,22 +129,15 @@ def install(rec: Recorder) -> None:
             if path is not None and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
                 return original(obj, f, *args, **kwargs)  # let torch raise its own error
             name = path if path is not None else getattr(f, "name", None)
-            index = rec.save_begin(name if isinstance(name, str) else None, "path" if path is not None else "fileobj", obj)
-            writer = None
-            error: Optional[BaseException] = None
-            try:
+            name = name if isinstance(name, str) else None
+            with rec.recording_save(name, "path" if path is not None else "fileobj", obj) as save:
                 if path is not None:
                     with open(path, "wb") as raw:
-                        writer = CountingWriter(raw, rec, index, path)
-                        original(obj, writer, *args, **kwargs)
+                        save.writer = CountingWriter(raw, rec, save.index, path)
+                        original(obj, save.writer, *args, **kwargs)
                 else:
-                    writer = CountingWriter(f, rec, index, name if isinstance(name, str) else None)
-                    original(obj, writer, *args, **kwargs)
-            except BaseException as exc:
-                error = exc
-                raise
-            finally:
-                rec.save_end(index, writer.bytes if writer else 0, writer.writes if writer else 0, error)
+                    save.writer = CountingWriter(f, rec, save.index, name)
+                    original(obj, save.writer, *args, **kwargs)
         return save
 
     def make_load(original):
@@ -202,15 +195,8 @@ def install_dcp(rec: Recorder) -> None:
                 return original(state_dict, *args, **kwargs)
             target = kwargs.get("checkpoint_id") or getattr(kwargs.get("storage_writer"), "path", None)
             path = os.fspath(target) if _is_path(target) else None
-            index = rec.save_begin(path, "dcp", state_dict)
-            error: Optional[BaseException] = None
-            try:
+            with rec.recording_save(path, "dcp", state_dict):
                 return original(state_dict, *args, **kwargs)
-            except BaseException as exc:
-                error = exc
-                raise
-            finally:
-                rec.save_end(index, 0, 0, error)
         return save
 
     _patch(dcp, "save", make_save)

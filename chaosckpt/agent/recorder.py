@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import weakref
-from typing import TYPE_CHECKING, Dict, List, Optional
+from typing import TYPE_CHECKING, Dict, Iterator, List, Optional
 
 import torch
 
@@ -211,6 +212,20 @@ class Recorder:
         if found:
             fields["content"] = found
 
+    @contextlib.contextmanager
+    def recording_save(self, path: Optional[str], via: str, obj: object) -> Iterator["_Save"]:
+        """``save-begin`` now, ``save-end`` with the writer's counts and any error however the save ends."""
+        save = _Save(self.save_begin(path, via, obj))
+        error: Optional[BaseException] = None
+        try:
+            yield save
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            writer = save.writer
+            self.save_end(save.index, writer.bytes if writer else 0, writer.writes if writer else 0, error)
+
     def save_end(self, save: int, nbytes: int, writes: int, error: Optional[BaseException]) -> None:
         self.saving = False
         self.emit(
@@ -261,6 +276,14 @@ class Recorder:
             torch=torch.__version__,
             fault=None if self.fault is None else self.fault.__dict__,
         )
+
+
+class _Save:
+    """One save in progress: its index, and the counting writer once there is one (none for DCP)."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.writer = None
 
 
 def _env_int(name: str) -> Optional[int]:
