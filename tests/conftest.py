@@ -86,3 +86,15 @@ def project_with(tmp_path: Path, job: Path) -> Path:
 def project(tmp_path: Path) -> Path:
     """A user's project folder holding the configurable test job as ``train.py``."""
     return project_with(tmp_path, JOB)
+
+
+JUNIT_SCHEMA = Path(__file__).resolve().parent / "junit-10.xsd"
+
+
+def read_junit(path: Path):
+    """A JUnit file chaosckpt wrote, validated against Jenkins xunit's junit-10 rules, then read back as CI tools read it."""
+    import junitparser
+    import xmlschema
+
+    xmlschema.XMLSchema(str(JUNIT_SCHEMA)).validate(str(path))
+    return junitparser.JUnitXml.fromfile(str(path))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import xml.etree.ElementTree as ET
@@ -13,7 +14,7 @@ import pytest
 
 from chaosckpt.conductor.reports import html, junit, markdown, stored
 from chaosckpt.conductor.suite import Plan, PlannedTrial
-from conftest import run_chaosckpt
+from conftest import read_junit, run_chaosckpt
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or ("/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)
 
@@ -81,7 +82,71 @@ def test_junit_has_one_testcase_per_trial_and_the_headline_as_failure_message(su
     assert "rng-not-restored: the numpy stream was not restored" in failure.text
     assert "chaosckpt run --scenario kill9-mid-save -p save=2 -p fraction=0.25" in failure.text
     assert cases["later"].find("skipped") is not None
-    assert (root.get("tests"), root.get("failures"), root.get("skipped")) == ("3", "1", "1")
+    assert (root.get("tests"), root.get("failures")) == ("3", "1")
+    assert root.find("testsuite").get("skipped") == "1" and root.get("skipped") is None  # junit-10 has no skipped on <testsuites>
+
+
+def run_folder(tmp_path: Path, status: str = "failed") -> Path:
+    """A ``chaosckpt run`` results folder as the command names it, its reference reused from the cache."""
+    folder = tmp_path / "results" / "20261201-224939-kill9-mid-save"
+    for run, steps, first in (("reference", 12, 1), ("faulted", 8, 1), ("resume", 8, 5)):
+        events(folder / run, steps, first=first, saves=(4, 8, 12))
+    doc = trial_doc(status, f"{status.upper()} kill9-mid-save: resumed from the last good checkpoint (step 4)", folder,
+                    last_good_step=4, recovered_step=4, outcome="last-good", lost_steps=4)
+    doc["trials"][0]["runs"][0].update(cached=True, duration_s=30.0)
+    doc["trials"][0]["runs"][2]["command"] = ["python", "train.py", "--resume"]
+    doc["hostname"] = "node-7"
+    (folder / "result.json").write_text(json.dumps(doc))
+    return folder
+
+
+def test_every_junit_file_validates_against_junit_10_and_reads_back(suite_dir, tmp_path):
+    one_run = run_folder(tmp_path)
+    outputs = {"suite": suite_dir, "run": one_run, "combined": None}
+    for name, source in outputs.items():
+        path = tmp_path / f"{name}.xml"
+        args = [str(suite_dir), str(one_run)] if source is None else [str(source)]
+        res = run_chaosckpt(["report", *args, "--junit", str(path)], cwd=tmp_path)
+        assert res.returncode == 0, res.stderr
+        xml = read_junit(path)
+        suites = list(xml)
+        assert [s.name for s in suites] == {"suite": ["chaosckpt suite suite"], "run": [f"chaosckpt results {one_run.name}"],
+                                            "combined": ["chaosckpt suite suite", f"chaosckpt results {one_run.name}"]}[name]
+        for suite in suites:
+            assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d", suite.timestamp), suite.timestamp
+    run_suite = list(read_junit(tmp_path / "run.xml"))[0]
+    assert run_suite.hostname == "node-7" and run_suite.timestamp.startswith("2026-12-01T22:49:39")
+    props = {p.name: p.value for p in run_suite.properties()}
+    assert props["kill9-mid-save.scenario"] == "kill9-mid-save"
+    assert json.loads(props["kill9-mid-save.params"]) == {"save": 2, "fraction": 0.5}
+    assert props["kill9-mid-save.replay"] == ("chaosckpt run --scenario kill9-mid-save -p save=2 -p fraction=0.5 "
+                                              "--resume-args=--resume -- train.py")
+    [case] = list(run_suite)
+    assert case.time == 3.0  # the faulted and resumed runs' 1.5 s each; the cached reference's 30 s are not this trial's
+    assert case.result[0].message.startswith("FAILED kill9-mid-save")
+    suite = list(read_junit(tmp_path / "suite.xml"))[0]
+    props = {p.name: p.value for p in suite.properties()}
+    assert props["bad<b>.replay"].startswith("chaosckpt run --scenario kill9-mid-save -p save=2 -p fraction=0.25")
+    assert json.loads(props["bad<b>.params"]) == {"save": 2, "fraction": 0.25}
+    assert suite.timestamp.startswith("2026-11-30T02:00:00")  # a suite stored before timestamps were ISO 8601
+    combined = read_junit(tmp_path / "combined.xml")
+    assert (combined.tests, combined.failures, combined.errors) == (4, 2, 0)
+
+
+def test_report_combines_any_number_of_folders_into_one_html_and_markdown(suite_dir, tmp_path):
+    first, second = run_folder(tmp_path / "a", "passed"), run_folder(tmp_path / "b")
+    res = run_chaosckpt(["report", str(suite_dir), str(first), str(second), "--html", "all.html", "--markdown", "all.md"], cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    text = (tmp_path / "all.md").read_text()
+    assert text.startswith("## chaosckpt report of 3 results: 2 passed, 2 failed, 1 not run\n")
+    assert f"`{suite_dir}` (1 passed, 1 failed, 1 not run)" in text
+    assert "| ❌ | `suite/bad<b>` |" in text and "| ✅ | `suite/ok` |" in text
+    # the two run folders share a name: told apart by their paths
+    assert f"`a/results/{first.name}/kill9-mid-save`" in text and f"`b/results/{second.name}/kill9-mid-save`" in text
+    page = (tmp_path / "all.html").read_text()
+    assert page.count("<svg") == 4 and 'id="suite/ok"' in page and "on node-7" in page
+    missing = run_chaosckpt(["report", str(suite_dir), str(tmp_path / "nothing")], cwd=tmp_path)
+    assert missing.returncode == 2 and "holds no chaosckpt results" in missing.stderr
 
 
 def test_markdown_summary_tables_every_trial_and_details_the_failure(suite_dir):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, processes_of, run_chaosckpt
+from conftest import REPO, processes_of, read_junit, run_chaosckpt
 
 pytestmark = pytest.mark.e2e
 
@@ -54,8 +54,10 @@ def test_robust_suite_passes_reuses_its_reference_and_repeats_its_random_points(
     for folder in folders:
         for name in ("report.html", "junit.xml", "summary.md"):
             assert (folder / name).stat().st_size > 0
-        cases = ET.parse(folder / "junit.xml").getroot().iter("testcase")
-        assert [c.get("name") for c in cases] == [i for i, _ in points[0]]
+        [junit_suite] = list(read_junit(folder / "junit.xml"))
+        assert [c.name for c in junit_suite] == [i for i, _ in points[0]]
+        assert junit_suite.hostname and "T" in junit_suite.timestamp
+        assert {p.name for p in junit_suite.properties()} >= {"seed", f"{points[0][0][0]}.replay", f"{points[0][0][0]}.params"}
         assert "<svg" in (folder / "report.html").read_text()
     # the second suite did not run a reference of its own: its reference is the cached one
     assert json.loads((folders[1] / "reference" / "run.json").read_text()) == json.loads((folders[0] / "reference" / "run.json").read_text())

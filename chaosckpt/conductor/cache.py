@@ -156,6 +156,7 @@ def restore(source: Path, dest: Path) -> RunRecord:
     shutil.copytree(source, dest, dirs_exist_ok=True)
     record = RunRecord(**json.loads((source / RUN_FILE).read_text()))
     record.stdout, record.stderr, record.events = (str(dest / p) for p in (record.stdout, record.stderr, record.events))
+    record.cached = True
     return record
 
 

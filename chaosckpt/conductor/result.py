@@ -52,6 +52,8 @@ class RunRecord:
     stdout: str
     stderr: str
     events: str
+    cached: bool = False
+    """A reference run reused from an earlier one (a suite's, or the project's cache): its time is not this trial's."""
 
 
 @dataclass
@@ -97,6 +99,8 @@ class Trial:
 
 def document(trials: List[Trial]) -> Dict[str, Any]:
     """The whole result document, as written to ``result.json`` and printed by ``--json``."""
+    import socket
+
     from chaosckpt import __version__
 
-    return {"format": FORMAT, "chaosckpt": __version__, "trials": [t.to_dict() for t in trials]}
+    return {"format": FORMAT, "chaosckpt": __version__, "hostname": socket.gethostname(), "trials": [t.to_dict() for t in trials]}

@@ -24,21 +24,24 @@ def write_reports(results: stored.Results, html_path, junit_path, markdown_path)
 
 
 @click.command("report")
-@click.argument("results", type=click.Path(path_type=Path))
+@click.argument("results", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--html", "html_path", type=click.Path(path_type=Path), help="Write a self-contained HTML page here.")
 @click.option("--junit", "junit_path", type=click.Path(path_type=Path), help="Write JUnit XML here (one testcase per trial).")
 @click.option("--markdown", "markdown_path", type=click.Path(path_type=Path), help="Write a Markdown summary here (for a CI job summary).")
 def command(results, html_path, junit_path, markdown_path):
-    """Render stored RESULTS (a suite folder, a `chaosckpt run` results folder, or a result.json).
+    """Render stored RESULTS (suite folders, `chaosckpt run` results folders, or result.json files) as one report.
 
     \b
     Examples:
       chaosckpt report chaosckpt-results/20261130-020000-suite --html report.html
       chaosckpt report chaosckpt-results/20261130-020000-suite --junit junit.xml --markdown summary.md
+      chaosckpt report node-a/chaosckpt-results/*-suite node-b/chaosckpt-results/*-suite --junit all.xml
 
+    Several RESULTS make one report: in JUnit, one testsuite per folder; in
+    HTML and Markdown, each trial's id is prefixed with its folder's name.
     With no format option, prints the Markdown summary.
     """
-    loaded = stored.load(results)
+    loaded = stored.combine(list(results))
     if not (html_path or junit_path or markdown_path):
         from chaosckpt.conductor.reports import markdown
 

@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import click
 
-from chaosckpt.conductor import atomic, cache, config as configs, history, invocation, scenario as scenarios
+from chaosckpt.conductor import atomic, cache, config as configs, history, invocation, scenario as scenarios, timestamps
 from chaosckpt.conductor.commands import report as report_command
 from chaosckpt.conductor.errors import EXIT_CODES, ExitCode, UsageError, exit_code
 from chaosckpt.conductor.reports import stored
@@ -73,7 +73,7 @@ def _new_plan(conf: configs.SuiteConfig, from_cli: bool, params: Dict[str, Any])
     parts = cache.key_parts(command, resume, workdir, [results])
     plan = Plan(args=args, command=command, resume_command=resume, resume_option=resume_option, workdir=str(workdir),
                 results=str(results), timeout=float(conf.timeout), tolerance=float(conf.tolerance), nproc=conf.nproc,
-                seed=conf.seed, trials=trials, reference_key=cache.key(parts), created=time.strftime("%Y-%m-%d %H:%M:%S"))
+                seed=conf.seed, trials=trials, reference_key=cache.key(parts), created=timestamps.now())
     return plan, parts
 
 

@@ -1,7 +1,13 @@
-"""JUnit XML for CI: one testcase per trial; a failure's message is its headline."""
+"""JUnit XML for CI, valid against the schema Jenkins' xunit plugin checks (junit-10.xsd).
+
+One ``<testsuite>`` per results folder, one ``<testcase>`` per trial. That schema allows ``<properties>``
+on a testsuite only, so each trial's scenario, parameters and replay line are properties named
+``<trial id>.scenario``, ``<trial id>.params`` and ``<trial id>.replay``; the suite's seed is ``seed``.
+"""
 
 from __future__ import annotations
 
+import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -19,27 +25,57 @@ def _details(stored: StoredTrial) -> str:
     return "\n".join(lines)
 
 
-def render(results: Results) -> str:
-    """The XML document: failed trials as ``<failure>``, inconclusive ones as ``<error>``, not-run as ``<skipped>``."""
+def _counts(results: Results) -> dict:
     counts = results.counts()
-    total_time = sum(r.duration_s for t in results.trials if t.trial for r in t.trial.runs)
-    root = ET.Element("testsuites", name="chaosckpt", tests=str(len(results.trials)), failures=str(counts["failed"]),
-                      errors=str(counts["inconclusive"]), skipped=str(counts["not-run"]), time=f"{total_time:.3f}")
-    suite = ET.SubElement(root, "testsuite", name=results.title, tests=str(len(results.trials)),
-                          failures=str(counts["failed"]), errors=str(counts["inconclusive"]),
-                          skipped=str(counts["not-run"]), time=f"{total_time:.3f}", timestamp=results.created)
+    return {"tests": str(len(results.trials)), "failures": str(counts["failed"]), "errors": str(counts["inconclusive"])}
+
+
+def _time(results: Results) -> str:
+    return f"{sum(t.own_time for t in results.trials):.3f}"
+
+
+def _properties(parent: ET.Element, results: Results) -> None:
+    values = [("command", results.command), ("chaosckpt", results.version)]
+    if results.seed is not None:
+        values.append(("seed", str(results.seed)))
+    for stored in results.trials:
+        values += [(f"{stored.id}.scenario", stored.scenario),
+                   (f"{stored.id}.params", json.dumps(stored.params, sort_keys=True))]
+        if stored.replay:
+            values.append((f"{stored.id}.replay", stored.replay))
+    properties = ET.SubElement(parent, "properties")
+    for name, value in values:
+        ET.SubElement(properties, "property", name=name, value=value)
+
+
+def _testsuite(root: ET.Element, results: Results, index: int) -> None:
+    attrs = {"name": results.title, **_counts(results), "skipped": str(results.counts()["not-run"]),
+             "time": _time(results), "id": str(index), "package": "chaosckpt"}
+    if results.created:
+        attrs["timestamp"] = results.created
+    if results.hostname:
+        attrs["hostname"] = results.hostname
+    suite = ET.SubElement(root, "testsuite", attrs)
+    _properties(suite, results)
     for stored in results.trials:
         trial = stored.trial
-        duration = sum(r.duration_s for r in trial.runs) if trial else 0.0
-        case = ET.SubElement(suite, "testcase", classname=f"chaosckpt.{stored.scenario}", name=stored.id, time=f"{duration:.3f}")
+        case = ET.SubElement(suite, "testcase", classname=f"chaosckpt.{Path(stored.scenario).stem}", name=stored.id,
+                             time=f"{stored.own_time:.3f}")
         if trial is None:
             ET.SubElement(case, "skipped", message="not run: the suite was interrupted before this trial finished")
-        elif trial.status == "failed":
+            continue
+        if trial.status == "failed":
             ET.SubElement(case, "failure", message=trial.headline, type="not-resilient").text = _details(stored)
         elif trial.status == "inconclusive":
             ET.SubElement(case, "error", message=trial.headline, type=trial.reason or "inconclusive").text = _details(stored)
-        if trial is not None:
-            ET.SubElement(case, "system-out").text = f"{trial.headline}\nresults and logs: {stored.folder}"
+        ET.SubElement(case, "system-out").text = f"{trial.headline}\nresults and logs: {stored.folder}"
+
+
+def render(results: Results) -> str:
+    """The XML document: failed trials as ``<failure>``, inconclusive ones as ``<error>``, not-run as ``<skipped>``."""
+    root = ET.Element("testsuites", name="chaosckpt", **_counts(results), time=_time(results))
+    for index, part in enumerate(results.sources):
+        _testsuite(root, part, index)
     ET.indent(root)
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 

@@ -23,11 +23,18 @@ def _value(value) -> str:
     return "–" if value is None else str(value)
 
 
+def _about(results: Results) -> str:
+    """What the results were run on: the command, when, and by which chaosckpt; for a combined report, its folders."""
+    if results.parts:
+        return "From " + ", ".join(f"`{p.source}` ({p.summary()})" for p in results.parts)
+    return f"`{results.command}`" + (f" · {results.created}" if results.created else "") + f" · chaosckpt {results.version}"
+
+
 def render(results: Results) -> str:
     lines: List[str] = [
         f"## {results.title}: {results.summary()}",
         "",
-        f"`{results.command}`" + (f" · {results.created}" if results.created else "") + f" · chaosckpt {results.version}",
+        _about(results),
         "",
         "| | trial | lost steps | first divergent step | verdict |",
         "|---|---|---|---|---|",
@@ -49,7 +56,8 @@ def render(results: Results) -> str:
             lines += ["", "Replay it:", "", "```sh", stored.replay, "```"]
         lines += ["", "</details>", ""]
     if len(bad) > MAX_DETAILS:
-        lines.append(f"… and {len(bad) - MAX_DETAILS} more; see the HTML report or `chaosckpt report {results.source}`.")
+        folders = " ".join(str(p.source) for p in results.sources)
+        lines.append(f"… and {len(bad) - MAX_DETAILS} more; see the HTML report or `chaosckpt report {folders}`.")
     return "\n".join(lines).rstrip() + "\n"
 
 

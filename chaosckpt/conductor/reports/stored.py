@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from chaosckpt.conductor import timestamps
 from chaosckpt.conductor.errors import UsageError
 from chaosckpt.conductor.result import Finding, RunRecord, Trial
 from chaosckpt.conductor.runlog import ProcessLog, RunLog
@@ -36,6 +38,13 @@ class StoredTrial:
     folder: Path
     trial: Optional[Trial]
     replay: Optional[str] = None
+    params: Dict[str, Any] = field(default_factory=dict)
+    """The scenario parameters this trial set (a suite's overrides, or a run's trigger)."""
+
+    @property
+    def own_time(self) -> float:
+        """Seconds this trial's own runs took: a reference reused from the suite or the cache is not counted."""
+        return sum(r.duration_s for r in self.trial.runs if not r.cached) if self.trial else 0.0
 
     @property
     def status(self) -> str:
@@ -63,8 +72,19 @@ class Results:
     title: str
     command: str
     created: str
+    """When the results were started, ISO 8601 (empty when unknown)."""
     version: str
     trials: List[StoredTrial] = field(default_factory=list)
+    hostname: str = ""
+    """The machine the trials ran on (empty for results written before chaosckpt recorded it)."""
+    seed: Optional[int] = None
+    parts: List["Results"] = field(default_factory=list)
+    """A combined report's inputs, one per folder given; empty for the results of one folder."""
+
+    @property
+    def sources(self) -> List["Results"]:
+        """The results of each folder shown: the parts of a combined report, or these results alone."""
+        return self.parts or [self]
 
     def counts(self) -> Dict[str, int]:
         out = {"passed": 0, "failed": 0, "inconclusive": 0, "not-run": 0}
@@ -83,22 +103,50 @@ def _suite(folder: Path) -> Results:
     data = json.loads((folder / "suite.json").read_text())
     plan = Plan.from_dict(data)
     suite = Suite(folder, plan)
-    results = Results(folder, f"chaosckpt suite {folder.name}", shlex.join(plan.command), plan.created, plan.chaosckpt)
+    results = Results(folder, f"chaosckpt suite {folder.name}", shlex.join(plan.command), timestamps.normalized(plan.created),
+                      plan.chaosckpt, hostname=data.get("hostname", ""), seed=plan.seed)
     for planned in plan.trials:
         doc = suite.stored(planned)
         trial = trial_from_dict(doc) if doc is not None else None
-        results.trials.append(StoredTrial(planned.id, planned.scenario, suite.trial_dir(planned), trial, plan.replay(planned)))
+        results.trials.append(StoredTrial(planned.id, planned.scenario, suite.trial_dir(planned), trial, plan.replay(planned),
+                                          dict(planned.params)))
     return results
+
+
+def _trigger(trial: Trial) -> Dict[str, Any]:
+    return {k: v for k, v in trial.params.get("trigger", {}).items() if v is not None}
+
+
+def _replay(trial: Trial) -> Optional[str]:
+    """The ``chaosckpt run`` line that runs this trial again, from the job's working directory."""
+    runs = {r.name: r.command for r in trial.runs}
+    command = runs.get("faulted") or runs.get("reference")
+    if not command:
+        return None
+    argv = ["chaosckpt", "run", "--scenario", trial.scenario]
+    for key, value in _trigger(trial).items():
+        argv += ["-p", f"{key}={json.dumps(value)}"]
+    resume = runs.get("resume")
+    if resume and resume != command:
+        if resume[: len(command)] == command:
+            argv.append(f"--resume-args={shlex.join(resume[len(command):])}")
+        else:
+            argv.append(f"--resume-cmd={shlex.join(resume)}")
+    if trial.tolerance:
+        argv += ["--tolerance", f"{trial.tolerance:g}"]
+    script = command[1:] if len(command) > 1 and command[1].endswith(".py") and "python" in Path(command[0]).name else command
+    return shlex.join([*argv, "--", *script])
 
 
 def _document(path: Path) -> Results:
     doc = json.loads(path.read_text())
     trials = [trial_from_dict(t) for t in doc.get("trials", [])]
     command = shlex.join(trials[0].runs[0].command) if trials and trials[0].runs else ""
-    results = Results(path.parent, f"chaosckpt results {path.parent.name}", command, "", doc.get("chaosckpt", ""))
+    results = Results(path.parent, f"chaosckpt results {path.parent.name}", command, timestamps.of_folder(path.parent),
+                      doc.get("chaosckpt", ""), hostname=doc.get("hostname", ""))
     for trial in trials:
         folder = Path(trial.results_dir) if trial.results_dir and Path(trial.results_dir).is_dir() else path.parent
-        results.trials.append(StoredTrial(trial.scenario, trial.scenario, folder, trial))
+        results.trials.append(StoredTrial(trial.scenario, trial.scenario, folder, trial, _replay(trial), _trigger(trial)))
     return results
 
 
@@ -115,3 +163,21 @@ def load(path: Path) -> Results:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise UsageError(f"cannot read results from {path}: {type(exc).__name__}: {exc}") from None
     raise UsageError(f"{path} holds no chaosckpt results (a suite folder, a run's results folder or a result.json)")
+
+
+def combine(paths: List[Path]) -> Results:
+    """The results of every folder in ``paths`` as one report; trial ids get their folder's name in front."""
+    parts = [load(p) for p in paths]
+    if len(parts) == 1:
+        return parts[0]
+    common = Path(os.path.commonpath([str(p.source.resolve()) for p in parts]))
+    names = [p.source.name for p in parts]
+    if len(set(names)) < len(names):
+        names = [os.path.relpath(p.source.resolve(), common) for p in parts]
+    combined = Results(common,
+                       f"chaosckpt report of {len(parts)} results", "", min((p.created for p in parts if p.created), default=""),
+                       ", ".join(sorted({p.version for p in parts if p.version})), parts=parts)
+    for part, name in zip(parts, names):
+        for item in part.trials:
+            combined.trials.append(dataclasses.replace(item, id=f"{name}/{item.id}"))
+    return combined
