@@ -157,3 +157,45 @@ params = { save = 2, fraction = 0.9 }
     assert len(json.loads((folder / "result.json").read_text())["trials"]) == 2
     again = run_chaosckpt(["suite", "--resume"], cwd=project)
     assert again.returncode == 2 and "nothing to resume" in again.stderr
+
+
+def test_k_selects_trials_by_id_or_scenario_in_a_new_and_a_resumed_suite(tmp_path):
+    project = example(tmp_path, "robust_train.py", """
+command = "train.py --epochs 2"
+[[scenarios]]
+scenario = "kill9-mid-save"
+id = "first"
+[[scenarios]]
+scenario = "kill9-mid-save"
+id = "late"
+params = { save = 2 }
+""")
+    typo = run_chaosckpt(["suite", "-k", "first and"], cwd=project)
+    assert typo.returncode == 2 and "-k 'first and': the expression ends too early" in typo.stderr
+    none = run_chaosckpt(["suite", "-k", "enospc"], cwd=project)
+    assert none.returncode == 2 and "matches none of the 2 trial(s) to run (first, late)" in none.stderr
+    assert not (project / ".chaosckpt").exists()  # refused before the reference ran
+
+    res = run_chaosckpt(["suite", "-k", "kill9 and not late"], cwd=project)
+
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "-k 'kill9 and not late' selected 1 of 2 trial(s)" in res.stderr
+    folder = suite_folder(project)
+    assert [t["id"] for t in json.loads((folder / "suite.json").read_text())["trials"]] == ["first"]
+    assert [c.name for c in list(read_junit(folder / "junit.xml"))[0]] == ["first"]
+
+    # a suite interrupted with three trials to go: --resume -k runs only the one asked for
+    plan = json.loads((folder / "suite.json").read_text())
+    plan["trials"] += [{"id": "late", "scenario": "kill9-mid-save", "params": {"save": 2}},
+                       {"id": "later", "scenario": "kill9-mid-save", "params": {"save": 2, "fraction": 0.9}}]
+    plan["state"] = "running"
+    (folder / "suite.json").write_text(json.dumps(plan))
+    resumed = run_chaosckpt(["suite", "--resume", "-k", "late and not later"], cwd=project)
+
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "-k 'late and not later' selected 1 of 2 trial(s)" in resumed.stderr
+    statuses = {t.name: [r._tag for r in t.result] for t in list(read_junit(folder / "junit.xml"))[0]}
+    assert statuses == {"first": [], "late": [], "later": ["skipped"]}
+    assert json.loads((folder / "suite.json").read_text())["state"] == "running"  # "later" is still to run
+    with sqlite3.connect(project / ".chaosckpt" / "history.sqlite") as db:
+        assert db.execute("SELECT COUNT(*) FROM suites").fetchone() == (1,)  # the unfinished suite is not history yet

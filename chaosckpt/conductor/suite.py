@@ -30,7 +30,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Set
 
 from chaosckpt import __version__
 from chaosckpt.conductor import atomic, cache, scenario as scenarios
@@ -180,6 +180,8 @@ class Suite:
         self.plan = plan
         self.jobs = jobs
         self.keep_sandbox = keep_sandbox
+        self.selected: Optional[Set[str]] = None
+        """With ``-k`` on a resumed suite: the ids of the pending trials to run now; None runs them all."""
 
     @classmethod
     def open(cls, folder: Path, **kwargs: Any) -> "Suite":
@@ -227,7 +229,7 @@ class Suite:
 
     def run(self, on_done: Callable[[Finished], None]) -> List[Finished]:
         """Run every pending trial, ``jobs`` at a time; on Ctrl-C stop the workers and re-raise."""
-        queue = list(self.pending())
+        queue = [t for t in self.pending() if self.selected is None or t.id in self.selected]
         running: Dict[subprocess.Popen, tuple] = {}
         done: List[Finished] = []
         try:

@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import click
 
-from chaosckpt.conductor import atomic, cache, config as configs, history, invocation, scenario as scenarios, timestamps
+from chaosckpt.conductor import atomic, cache, config as configs, history, invocation, keywords, scenario as scenarios, timestamps
 from chaosckpt.conductor.commands import report as report_command
 from chaosckpt.conductor.errors import EXIT_CODES, ExitCode, UsageError, exit_code
 from chaosckpt.conductor.reports import stored
@@ -140,13 +140,15 @@ def _line(item: Finished) -> str:
 @click.option("--trials", type=int, default=None, metavar="N", help="Run N trials of each scenario at seeded random fault points.")
 @click.option("--seed", type=int, default=None, help="Seed of the random fault points (default: a new one, printed).")
 @click.option("--resume", "resume_suite", is_flag=True, help="Continue the newest interrupted suite; finished trials are kept.")
+@click.option("-k", "keyword", default=None, metavar="EXPR",
+              help='Only trials whose id or scenario matches EXPR, as pytest\'s -k: -k "enospc and not late".')
 @click.option("--fresh-reference", is_flag=True, help="Run the reference again even when a cached one matches.")
 @click.option("--keep-sandbox", is_flag=True, help="Keep the sandbox copies (with the faulted checkpoints).")
 @click.option("--html", "html_path", type=click.Path(path_type=Path), default=None, help="HTML report path (default: in the suite's folder).")
 @click.option("--junit", "junit_path", type=click.Path(path_type=Path), default=None, help="JUnit XML path (default: in the suite's folder).")
 @click.option("--markdown", "markdown_path", type=click.Path(path_type=Path), default=None, help="Markdown summary path (default: in the suite's folder).")
 def command(args, config_path, scenario_names, params, resume_args, resume_cmd, nproc, timeout, tolerance, out, workdir,
-            jobs, trials, seed, resume_suite, fresh_reference, keep_sandbox, html_path, junit_path, markdown_path):
+            jobs, trials, seed, resume_suite, keyword, fresh_reference, keep_sandbox, html_path, junit_path, markdown_path):
     """Run every configured scenario against the job, then write HTML, JUnit and Markdown reports.
 
     \b
@@ -155,6 +157,7 @@ def command(args, config_path, scenario_names, params, resume_args, resume_cmd, 
       chaosckpt suite train.py -j 2 -- --epochs 3        # all built-in scenarios, two trials at a time
       chaosckpt suite --trials 20 --seed 7               # 20 trials per scenario at random fault points
       chaosckpt suite --resume                           # continue an interrupted suite
+      chaosckpt suite -k "enospc and not late"           # only the trials whose id or scenario match
 
     Settings come from built-in defaults, then the configuration file, then
     the command line, each overriding the one before. The reference run is
@@ -172,10 +175,12 @@ def command(args, config_path, scenario_names, params, resume_args, resume_cmd, 
         conf = dataclasses.replace(conf, resume_command=None)
     if resume_cmd is not None and resume_args is None:
         conf = dataclasses.replace(conf, resume_args=None)
+    if keyword is not None:
+        keywords.matcher(keyword)  # a malformed expression is refused before anything runs
     if resume_suite:
-        suite = _resumed(conf, keep_sandbox)
+        suite = _resumed(conf, keep_sandbox, keyword)
     else:
-        suite = _started(conf, bool(args), dict(scenarios.parse_param(p) for p in params), fresh_reference, keep_sandbox)
+        suite = _started(conf, bool(args), dict(scenarios.parse_param(p) for p in params), fresh_reference, keep_sandbox, keyword)
     plan = suite.plan
     done = len(plan.trials) - len(suite.pending())
     try:
@@ -186,15 +191,17 @@ def command(args, config_path, scenario_names, params, resume_args, resume_cmd, 
         click.echo(f"chaosckpt: suite interrupted with {len(plan.trials) - left} of {len(plan.trials)} trials done; "
                    f"continue it with: chaosckpt suite --resume --out {shlex.quote(plan.results)}", err=True)
         raise
-    plan.state = "finished"
-    suite.save_plan()
+    if not suite.pending():
+        plan.state = "finished"
+        suite.save_plan()
     results = stored.load(suite.folder)
     ran = [t.trial for t in results.trials if t.trial is not None]
     atomic.write_text(suite.folder / "result.json", json.dumps(document(ran), indent=2) + "\n")
     reports = [html_path or suite.folder / "report.html", junit_path or suite.folder / "junit.xml",
                markdown_path or suite.folder / "summary.md"]
     report_command.write_reports(results, *reports)
-    history.record(Path(plan.workdir), plan.created, suite.folder, shlex.join(plan.command), plan.chaosckpt, results.trials)
+    if plan.state == "finished":  # a suite resumed with -k that left trials to run is recorded when they have run
+        history.record(Path(plan.workdir), plan.created, suite.folder, shlex.join(plan.command), plan.chaosckpt, results.trials)
     _summary(results, finished, time.monotonic() - started, reports)
     crashed = [f for f in finished if f.trial is None]
     sys.exit(int(ExitCode.INTERNAL if crashed else exit_code(t.status for t in ran)))
@@ -205,8 +212,26 @@ def _split(option: str, value: Optional[str]) -> Optional[tuple]:
     return tuple(split) if split is not None else None
 
 
-def _started(conf, from_cli: bool, params: Dict[str, Any], fresh: bool, keep_sandbox: bool) -> Suite:
+def _names(trial: PlannedTrial) -> Tuple[str, str]:
+    return trial.id, scenario_label(trial.scenario)
+
+
+def _matching(trials: List[PlannedTrial], keyword: str) -> List[PlannedTrial]:
+    """``-k``: the trials whose id or scenario match ``keyword``, their count printed; none is a usage error."""
+    select = keywords.matcher(keyword)
+    chosen = [t for t in trials if select(_names(t))]
+    if not chosen:
+        shown = ", ".join(t.id for t in trials[:10]) + (" ..." if len(trials) > 10 else "")
+        raise UsageError(f"-k {keyword!r} matches none of the {len(trials)} trial(s) to run ({shown}); "
+                         "match a part of a trial's id or scenario")
+    click.echo(f"chaosckpt: -k {keyword!r} selected {len(chosen)} of {len(trials)} trial(s)", err=True)
+    return chosen
+
+
+def _started(conf, from_cli: bool, params: Dict[str, Any], fresh: bool, keep_sandbox: bool, keyword: Optional[str]) -> Suite:
     plan, parts = _new_plan(conf, from_cli, params)
+    if keyword is not None and not conf.trials:
+        plan.trials = _matching(plan.trials, keyword)  # before the reference runs: a typo costs nothing
     folder = invocation.results_dir(Path(plan.results), "suite")
     click.echo(f"chaosckpt: suite of {len(plan.trials)} scenario(s) on {shlex.join(plan.command)} "
                f"(results in {folder})", err=True)
@@ -219,12 +244,14 @@ def _started(conf, from_cli: bool, params: Dict[str, Any], fresh: bool, keep_san
         drawn = [t for base in plan.trials for t in random_points(base, conf.trials, seed, saves, trigger_keys(base.scenario))]
         plan.trials, plan.seed = drawn, seed
         click.echo(f"chaosckpt: {len(drawn)} trial(s) at random fault points, --seed {seed}", err=True)
+        if keyword is not None:
+            plan.trials = _matching(drawn, keyword)
     suite = Suite(folder, plan, jobs=conf.jobs, keep_sandbox=keep_sandbox)
     suite.save_plan()
     return suite
 
 
-def _resumed(conf, keep_sandbox: bool) -> Suite:
+def _resumed(conf, keep_sandbox: bool, keyword: Optional[str]) -> Suite:
     folder = _interrupted(conf.results.resolve())
     suite = Suite.open(folder, jobs=conf.jobs, keep_sandbox=keep_sandbox)
     plan = suite.plan
@@ -235,6 +262,8 @@ def _resumed(conf, keep_sandbox: bool) -> Suite:
     prepare_reference(folder, plan, parts, fresh=False)
     click.echo(f"chaosckpt: resuming suite {folder}: {len(plan.trials) - len(suite.pending())} of "
                f"{len(plan.trials)} trials already done", err=True)
+    if keyword is not None:
+        suite.selected = {t.id for t in _matching(suite.pending(), keyword)}
     return suite
 
 
@@ -243,6 +272,9 @@ def _summary(results: stored.Results, finished: List[Finished], elapsed: float, 
     for item in results.trials:
         if item.id in crashed:
             click.echo(_line(crashed[item.id]))
+            continue
+        if item.trial is None:
+            click.echo(f"{item.id}: not run yet; chaosckpt suite --resume runs it")
             continue
         click.echo(f"{item.trial.headline}" if item.trial.scenario == item.id else f"{item.id}: {item.trial.headline}")
         if item.trial.status != "passed":
