@@ -31,6 +31,8 @@ class Result:
 
     @property
     def trial(self) -> dict:
+        """The first trial of ``run --json``'s document, which must be valid against the shipped schema."""
+        assert_envelope("run", self.doc)
         return self.doc["trials"][0]
 
 
@@ -98,3 +100,15 @@ def read_junit(path: Path):
 
     xmlschema.XMLSchema(str(JUNIT_SCHEMA)).validate(str(path))
     return junitparser.JUnitXml.fromfile(str(path))
+
+
+def assert_envelope(command: str, doc: dict) -> dict:
+    """``doc`` is valid against the JSON Schema chaosckpt ships for ``COMMAND --json``, envelope included."""
+    import jsonschema
+
+    from chaosckpt import __version__
+    from chaosckpt.conductor.envelope import schema
+
+    jsonschema.validate(doc, schema(command), format_checker=jsonschema.FormatChecker())
+    assert (doc["format"], doc["chaosckpt"]) == (1, __version__)
+    return doc

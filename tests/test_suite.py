@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, processes_of, read_junit, run_chaosckpt
+from conftest import REPO, assert_envelope, processes_of, read_junit, run_chaosckpt
 
 pytestmark = pytest.mark.e2e
 
@@ -176,9 +176,12 @@ params = { save = 2 }
     assert none.returncode == 2 and "matches none of the 2 trial(s) to run (first, late)" in none.stderr
     assert not (project / ".chaosckpt").exists()  # refused before the reference ran
 
-    res = run_chaosckpt(["suite", "-k", "kill9 and not late"], cwd=project)
+    res = run_chaosckpt(["suite", "-k", "kill9 and not late", "--json"], cwd=project)
 
     assert res.returncode == 0, res.stdout + res.stderr
+    doc = assert_envelope("suite", json.loads(res.stdout))
+    assert [(t["id"], t["status"], t["result"]["status"]) for t in doc["trials"]] == [("first", "passed", "passed")]
+    assert doc["summary"]["passed"] == 1 and Path(doc["reports"]["junit"]).is_file()
     assert "-k 'kill9 and not late' selected 1 of 2 trial(s)" in res.stderr
     folder = suite_folder(project)
     assert [t["id"] for t in json.loads((folder / "suite.json").read_text())["trials"]] == ["first"]
@@ -197,5 +200,6 @@ params = { save = 2 }
     statuses = {t.name: [r._tag for r in t.result] for t in list(read_junit(folder / "junit.xml"))[0]}
     assert statuses == {"first": [], "late": [], "later": ["skipped"]}
     assert json.loads((folder / "suite.json").read_text())["state"] == "running"  # "later" is still to run
+    assert "later: not run yet; chaosckpt suite --resume runs it" in resumed.stdout
     with sqlite3.connect(project / ".chaosckpt" / "history.sqlite") as db:
         assert db.execute("SELECT COUNT(*) FROM suites").fetchone() == (1,)  # the unfinished suite is not history yet

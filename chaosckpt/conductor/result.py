@@ -1,4 +1,4 @@
-"""The typed, versioned result document of a trial (``"format": 1``)."""
+"""The typed, versioned result document of a trial (``"format": 1``, in the envelope of ``envelope.py``)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Literal, Optional
 
-FORMAT = 1
 
 Status = Literal["passed", "failed", "inconclusive"]
 Outcome = Literal["last-good", "older", "scratch", "crashed", "unknown-state", "survived"]
@@ -101,6 +100,6 @@ def document(trials: List[Trial]) -> Dict[str, Any]:
     """The whole result document, as written to ``result.json`` and printed by ``--json``."""
     import socket
 
-    from chaosckpt import __version__
+    from chaosckpt.conductor.envelope import envelope
 
-    return {"format": FORMAT, "chaosckpt": __version__, "hostname": socket.gethostname(), "trials": [t.to_dict() for t in trials]}
+    return envelope(hostname=socket.gethostname(), trials=[t.to_dict() for t in trials])

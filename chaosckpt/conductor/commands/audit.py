@@ -12,6 +12,7 @@ from typing import Any, Dict, List
 
 import click
 
+from chaosckpt.conductor.envelope import envelope
 from chaosckpt.conductor.errors import ExitCode, UsageError
 
 KINDS = ("unreadable-checkpoint", "unsafe-pickle", "pickled-objects", "checkpoint-view-bloat",
@@ -106,7 +107,7 @@ def command(files, streams, ignored, as_json):
         report["status"] = "findings" if report["findings"] else "ok"
         reports.append(report)
     if as_json:
-        click.echo(json.dumps({"format": 1, "files": reports}))
+        click.echo(json.dumps(envelope(files=reports)))
     else:
         for report in reports:
             for line in _render(report):

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from chaosckpt.conductor import config as configs, history
+from chaosckpt.conductor.envelope import envelope
 
 
 def _value(value) -> str:
@@ -20,15 +21,15 @@ def _value(value) -> str:
 @click.option("--last", default=20, show_default=True, type=click.IntRange(min=1), help="Suites shown per scenario.")
 @click.option("--workdir", default=None, type=click.Path(path_type=Path),
               help="The project whose .chaosckpt/history.sqlite is read (default: the configured workdir, else .).")
-@click.option("--json", "as_json", is_flag=True, help="Print the trends as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print the trends as one JSON document.")
 def command(scenario, last, workdir, as_json):
     """Show how each scenario fared in past suites of this project, oldest first."""
     if workdir is None:
         workdir = configs.load(None, Path.cwd()).workdir
     trends = history.trends(workdir, scenario, last)
     if as_json:
-        click.echo(json.dumps([{"scenario": t.scenario, "passed": t.passed, "total": t.total,
-                                "suites": [asdict(p) for p in t.points]} for t in trends]))
+        click.echo(json.dumps(envelope(workdir=str(Path(workdir).resolve()), scenarios=[
+            {"scenario": t.scenario, "passed": t.passed, "total": t.total, "suites": [asdict(p) for p in t.points]} for t in trends])))
         return
     if not trends:
         click.echo(f"no suite has run in {workdir} yet" + (f" with scenario {scenario}" if scenario else "") + "; run chaosckpt suite")

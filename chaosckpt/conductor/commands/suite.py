@@ -16,6 +16,7 @@ import click
 
 from chaosckpt.conductor import atomic, cache, config as configs, history, invocation, keywords, scenario as scenarios, timestamps
 from chaosckpt.conductor.commands import report as report_command
+from chaosckpt.conductor.envelope import envelope
 from chaosckpt.conductor.errors import EXIT_CODES, ExitCode, UsageError, exit_code
 from chaosckpt.conductor.reports import stored
 from chaosckpt.conductor.result import document
@@ -147,8 +148,9 @@ def _line(item: Finished) -> str:
 @click.option("--html", "html_path", type=click.Path(path_type=Path), default=None, help="HTML report path (default: in the suite's folder).")
 @click.option("--junit", "junit_path", type=click.Path(path_type=Path), default=None, help="JUnit XML path (default: in the suite's folder).")
 @click.option("--markdown", "markdown_path", type=click.Path(path_type=Path), default=None, help="Markdown summary path (default: in the suite's folder).")
+@click.option("--json", "as_json", is_flag=True, help="Print only one JSON document on stdout: the verdicts and where the reports are.")
 def command(args, config_path, scenario_names, params, resume_args, resume_cmd, nproc, timeout, tolerance, out, workdir,
-            jobs, trials, seed, resume_suite, keyword, fresh_reference, keep_sandbox, html_path, junit_path, markdown_path):
+            jobs, trials, seed, resume_suite, keyword, fresh_reference, keep_sandbox, html_path, junit_path, markdown_path, as_json):
     """Run every configured scenario against the job, then write HTML, JUnit and Markdown reports.
 
     \b
@@ -202,7 +204,10 @@ def command(args, config_path, scenario_names, params, resume_args, resume_cmd, 
     report_command.write_reports(results, *reports)
     if plan.state == "finished":  # a suite resumed with -k that left trials to run is recorded when they have run
         history.record(Path(plan.workdir), plan.created, suite.folder, shlex.join(plan.command), plan.chaosckpt, results.trials)
-    _summary(results, finished, time.monotonic() - started, reports)
+    if as_json:
+        click.echo(json.dumps(_document(results, suite, reports)))
+    else:
+        _summary(results, finished, time.monotonic() - started, reports)
     crashed = [f for f in finished if f.trial is None]
     sys.exit(int(ExitCode.INTERNAL if crashed else exit_code(t.status for t in ran)))
 
@@ -265,6 +270,16 @@ def _resumed(conf, keep_sandbox: bool, keyword: Optional[str]) -> Suite:
     if keyword is not None:
         suite.selected = {t.id for t in _matching(suite.pending(), keyword)}
     return suite
+
+
+def _document(results: stored.Results, suite: Suite, reports: List[Path]) -> Dict[str, Any]:
+    """``suite --json``: the verdicts, each with its replay line, and the reports' paths."""
+    return envelope(
+        hostname=suite.plan.hostname, suite=str(suite.folder), seed=suite.plan.seed, summary=results.counts(),
+        reports={"html": str(reports[0]), "junit": str(reports[1]), "markdown": str(reports[2])},
+        trials=[{"id": t.id, "status": t.status, "replay": t.replay, "result": t.trial.to_dict() if t.trial else None}
+                for t in results.trials],
+    )
 
 
 def _summary(results: stored.Results, finished: List[Finished], elapsed: float, reports: List[Path]) -> None:
