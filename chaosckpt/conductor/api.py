@@ -13,7 +13,7 @@ import json
 import shlex
 import shutil
 from pathlib import Path
-from typing import Any, Dict, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 from chaosckpt.conductor import atomic, cache, invocation, scenario as scenarios
 from chaosckpt.conductor.errors import UsageError
@@ -23,10 +23,12 @@ from chaosckpt.conductor.trial import TrialOptions, run_trial
 Command = Union[str, Sequence[str]]
 
 
-def _argv(value: Optional[Command]) -> Optional[list]:
-    if value is None:
-        return None
+def _argv(value: Command) -> List[str]:
     return shlex.split(value) if isinstance(value, str) else list(value)
+
+
+def _optional_argv(value: Optional[Command]) -> Optional[List[str]]:
+    return None if value is None else _argv(value)
 
 
 def run(
@@ -59,7 +61,7 @@ def run(
         raise UsageError(f"tolerance={tolerance:g} is invalid: use 0 for bitwise or a positive relative tolerance")
     scen = scenarios.load(scenario, dict(params or {}))
     command = invocation.job_command([*_argv(job), *args], workdir, base=workdir)
-    resume = invocation.resume_command(command, _argv(resume_args), _argv(resume_command))
+    resume = invocation.resume_command(command, _optional_argv(resume_args), _optional_argv(resume_command))
     root = Path(out) if out is not None else workdir / "chaosckpt-results"
     results = invocation.results_dir(root, scen.name)
     reference = None
