@@ -7,6 +7,7 @@ each rank in a session of its own, and reports any that survived.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -16,7 +17,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, Iterator, List, Optional
 
 import psutil
 
@@ -27,6 +28,7 @@ HOLD_S = 30.0
 HOLD_POLL_S = 0.05
 BOOT_DIR = Path(__file__).resolve().parent.parent / "agent" / "boot"
 PR_SET_CHILD_SUBREAPER = 36
+PR_GET_CHILD_SUBREAPER = 37
 
 
 @dataclass
@@ -66,13 +68,23 @@ class RunResult:
         return self.spec.log_dir / "stderr.log"
 
 
-def _become_subreaper() -> None:
-    """Keep orphaned grandchildren under this process, so a killed tree cannot hide from us."""
+@contextlib.contextmanager
+def _subreaper() -> Iterator[None]:
+    """While a tree runs, keep its orphaned grandchildren under this process, so a killed tree cannot hide
+    from us; afterwards the flag is as it was, because the Python API runs inside the user's process."""
+    libc, before = None, ctypes.c_int(1)
     if sys.platform.startswith("linux"):
         try:
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(before), 0, 0, 0)
+            libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
         except (OSError, AttributeError):
-            pass
+            libc = None
+    try:
+        yield
+    finally:
+        if libc is not None and not before.value:
+            libc.prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
 
 
 def job_env(spec: RunSpec, events_dir: Path, mark: str) -> Dict[str, str]:
@@ -164,7 +176,11 @@ def _hold(spec: RunSpec, events_dir: Path, started: float) -> None:
 
 def launch(spec: RunSpec) -> RunResult:
     """Run ``spec`` to completion, a fired fault, or its timeout; the tree is always gone afterwards."""
-    _become_subreaper()
+    with _subreaper():
+        return _run(spec)
+
+
+def _run(spec: RunSpec) -> RunResult:
     spec.log_dir.mkdir(parents=True, exist_ok=True)
     events_dir = spec.log_dir / "events"
     events_dir.mkdir(exist_ok=True)
