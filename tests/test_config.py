@@ -111,3 +111,62 @@ def test_an_unknown_scenario_is_refused_before_anything_runs(project):
     res = run_chaosckpt(["suite"], cwd=project)
     assert res.returncode == 2 and "unknown scenario 'nope'" in res.stderr
     assert not (project / "chaosckpt-results").exists()
+
+
+def test_a_script_in_the_folder_runs_by_its_shebang_or_with_bash(tmp_path):
+    from chaosckpt.conductor import invocation
+
+    write(tmp_path / "train.sh", "python train.py \"$@\"\n")
+    write(tmp_path / "run-env", "#!/usr/bin/env -S python3 -u\nprint('hi')\n")
+    write(tmp_path / "launch.bash", "#!/bin/bash -e\ntorchrun train.py\n")
+    write(tmp_path / "notes.txt", "train for a while\n")
+    binary = write(tmp_path / "a.out", "\x7fELF")
+    binary.chmod(0o755)
+    (tmp_path / "sub").mkdir()
+    write(tmp_path / "sub" / "go.sh", "#!/bin/sh\n")
+
+    assert invocation.job_command(["train.sh", "--epochs", "2"], tmp_path, tmp_path) == ["bash", "train.sh", "--epochs", "2"]
+    assert invocation.job_command(["run-env"], tmp_path, tmp_path) == ["/usr/bin/env", "-S python3 -u", "run-env"]
+    assert invocation.job_command(["launch.bash", "x"], tmp_path, tmp_path) == ["/bin/bash", "-e", "launch.bash", "x"]
+    assert invocation.job_command(["sub/go.sh"], tmp_path, tmp_path) == ["/bin/sh", "sub/go.sh"]
+    assert invocation.job_command(["a.out"], tmp_path, tmp_path) == ["./a.out"]
+    assert invocation.job_command(["bash", "train.sh"], tmp_path, tmp_path) == ["bash", "train.sh"]
+    with pytest.raises(UsageError, match="script notes.txt has no #! line saying what runs it and is not executable; "
+                                         "add one, or give its interpreter after --, e.g. -- bash notes.txt"):
+        invocation.job_command(["notes.txt"], tmp_path, tmp_path)
+    with pytest.raises(UsageError, match="script go.sh is outside the working directory"):
+        invocation.job_command(["go.sh"], tmp_path / "elsewhere", tmp_path / "sub")
+
+
+def test_run_refuses_configured_ranks_for_a_shell_script_before_anything_runs(project):
+    write(project / "train.sh", "python train.py\n")
+    write(project / "chaosckpt.toml", "command = 'train.sh'\nnproc = 2\n")
+    res = run_chaosckpt(["run", "-s", "kill9-mid-save"], cwd=project)
+    assert res.returncode == 2 and "--nproc runs a SCRIPT.py" in res.stderr  # nproc came from the file
+    assert not (project / "chaosckpt-results").exists()
+
+
+@pytest.mark.e2e
+def test_run_in_a_configured_project_needs_only_the_scenario(project):
+    import sys
+
+    write(project / "train.sh", f"exec {sys.executable} train.py --epochs 2 --resume-flag \"$@\"\n")
+    write(project / "pyproject.toml", """
+[tool.chaosckpt]
+command = "train.sh"
+resume_args = "--resumed"
+tolerance = 1e-6
+timeout = 300
+results = "out"
+""")
+    (project / "src").mkdir()
+
+    res = run_chaosckpt(["run", "-s", "kill9-mid-save", "--json"], cwd=project / "src")
+
+    assert res.returncode == 0, res.stderr
+    trial = res.trial
+    assert trial["status"] == "passed" and trial["outcome"] == "last-good"  # resumed only because of resume_args
+    assert trial["tolerance"] == 1e-6
+    commands = {r["name"]: r["command"] for r in trial["runs"]}
+    assert commands["faulted"] == ["bash", "train.sh"] and commands["resume"] == ["bash", "train.sh", "--resumed"]
+    assert Path(trial["results_dir"]).parent == project / "out"

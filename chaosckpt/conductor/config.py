@@ -241,3 +241,17 @@ def load(explicit: Optional[Path], cwd: Path) -> SuiteConfig:
     if path is None:
         return SuiteConfig(workdir=cwd.resolve(), results=cwd.resolve() / "chaosckpt-results")
     return load_file(path)
+
+
+def with_command_line(explicit: Optional[Path], cwd: Path, resume_args: Optional[Tuple[str, ...]],
+                      resume_command: Optional[Tuple[str, ...]], **cli: Any) -> SuiteConfig:
+    """What ``run`` and ``suite`` use: the configuration file (see ``load``) with the command line on top.
+
+    A resume command given on the command line replaces the file's resume arguments, and the other way round.
+    """
+    conf = load(explicit, cwd).merged(resume_args=resume_args, resume_command=resume_command, **cli)
+    if resume_args is not None and resume_command is None:
+        conf = replace(conf, resume_command=None)
+    if resume_command is not None and resume_args is None:
+        conf = replace(conf, resume_args=None)
+    return conf

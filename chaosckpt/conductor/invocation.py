@@ -8,27 +8,56 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 from chaosckpt.conductor.errors import UsageError
 
 
+def _in_workdir(first: str, path: Path, workdir: Path) -> str:
+    """``path`` relative to ``workdir``, which the sandbox copies; a script outside it is a usage error."""
+    resolved = path.resolve()
+    if workdir not in resolved.parents:
+        raise UsageError(f"script {first} is outside the working directory {workdir}, which is what gets copied into the sandbox; run from its directory or pass --workdir")
+    return os.path.relpath(resolved, workdir)
+
+
+def interpreter(path: Path) -> Optional[List[str]]:
+    """What runs a script file: its ``#!`` line as the kernel reads it (the interpreter and at most one
+    argument), else bash for ``.sh``; None when neither says."""
+    with open(path, "rb") as f:
+        head = f.readline(256)
+    if head.startswith(b"#!"):
+        line = head[2:].decode("utf-8", "replace").strip()
+        if line:
+            return line.split(None, 1)
+    if path.suffix == ".sh":
+        return ["bash"]
+    return None
+
+
 def job_command(args: Sequence[str], workdir: Path, base: Optional[Path] = None) -> List[str]:
-    """The job's command: ``SCRIPT.py [ARGS]`` runs with this Python; anything else runs as given.
+    """The job's command: ``SCRIPT.py [ARGS]`` runs with this Python; another script in the folder runs by its
+    ``#!`` line (``.sh``: with bash); anything else runs as given.
 
     A relative script path is taken from ``base`` (a configuration file's folder), else the current folder.
     """
     if not args:
         raise UsageError("give a training script (chaosckpt run train.py ...) or a command after -- (chaosckpt run ... -- bash train.sh)")
     first = args[0]
+    path = Path(first) if base is None else base / first
     if first.endswith(".py"):
-        path = Path(first) if base is None else base / first
         if not path.is_file():
             raise UsageError(f"script {first} does not exist")
-        resolved = path.resolve()
-        if workdir not in resolved.parents:
-            raise UsageError(f"script {first} is outside the working directory {workdir}, which is what gets copied into the sandbox; run from its directory or pass --workdir")
-        return [sys.executable, os.path.relpath(resolved, workdir), *args[1:]]
+        return [sys.executable, _in_workdir(first, path, workdir), *args[1:]]
+    if path.is_file() and (workdir in path.resolve().parents or os.sep not in first):
+        relative = _in_workdir(first, path, workdir)
+        runner = interpreter(path)
+        if runner is not None:
+            return [*runner, relative, *args[1:]]
+        if not os.access(path, os.X_OK):
+            raise UsageError(f"script {first} has no #! line saying what runs it and is not executable; "
+                             f"add one, or give its interpreter after --, e.g. -- bash {first}")
+        return [os.path.join(".", relative), *args[1:]]
     if os.sep not in first and shutil.which(first) is None:
         raise UsageError(f"command {first!r} not found on PATH")
     if os.sep in first and not Path(first).exists():
@@ -71,6 +100,12 @@ def split(option: str, value: Optional[str]) -> Optional[List[str]]:
         return shlex.split(value)
     except ValueError as exc:
         raise UsageError(f"{option} {value!r} is not a valid command line: {exc}") from None
+
+
+def split_tuple(option: str, value: Optional[str]) -> Optional[Tuple[str, ...]]:
+    """``split`` as the configuration holds commands: a tuple."""
+    split_value = split(option, value)
+    return tuple(split_value) if split_value is not None else None
 
 
 def ckpt_dirs(dirs: Sequence[str], workdir: Path) -> List[str]:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from chaosckpt.conductor import atomic, invocation, render, scenario as scenarios
+from chaosckpt.conductor import atomic, config as configs, invocation, render, scenario as scenarios
 from chaosckpt.conductor.errors import EXIT_CODES, UsageError, exit_code
 from chaosckpt.conductor.result import document
 from chaosckpt.conductor.trial import TrialOptions, run_trial
@@ -26,14 +26,14 @@ from chaosckpt.conductor.trial import TrialOptions, run_trial
               help="Arguments appended to the command for the resume run, e.g. --resume-args=--init_from=resume.")
 @click.option("--resume-cmd", default=None, metavar="CMD",
               help="A different command for the resume run, e.g. --resume-cmd 'bash resume.sh'.")
-@click.option("--timeout", default=3600.0, show_default=True, type=float, metavar="SECONDS",
-              help="Per-run limit; past it the job's process tree is killed and the trial is inconclusive.")
-@click.option("--tolerance", default=0.0, show_default=True, type=float, metavar="REL",
-              help="Relative tolerance for comparing losses and parameters; 0 means bitwise.")
-@click.option("--out", default="chaosckpt-results", show_default=True, type=click.Path(path_type=Path),
-              help="Folder the results go into, one subfolder per invocation.")
-@click.option("--workdir", default=".", show_default=True, type=click.Path(path_type=Path),
-              help="The job's working directory, copied into a private sandbox for every run.")
+@click.option("--timeout", default=None, type=float, metavar="SECONDS",
+              help="Per-run limit (default 3600); past it the job's process tree is killed and the trial is inconclusive.")
+@click.option("--tolerance", default=None, type=float, metavar="REL",
+              help="Relative tolerance for comparing losses and parameters; 0 (default) means bitwise.")
+@click.option("--out", default=None, type=click.Path(path_type=Path),
+              help="Folder the results go into, one subfolder per invocation (default chaosckpt-results).")
+@click.option("--workdir", default=None, type=click.Path(path_type=Path),
+              help="The job's working directory, copied into a private sandbox for every run (default: the config file's folder, else .).")
 @click.option("--keep-sandbox", is_flag=True, help="Keep the sandbox copies (with the faulted checkpoints) in the results.")
 @click.option("--sweep", is_flag=True,
               help="Crash after every operation of the save in turn and report what a restarted job finds for each.")
@@ -43,9 +43,11 @@ from chaosckpt.conductor.trial import TrialOptions, run_trial
               help="A checkpoint directory (under --workdir) the power-loss model rewrites, besides those the job saved into.")
 @click.option("--nproc", type=int, default=None, metavar="N",
               help="Run SCRIPT.py as N ranks on this machine, through torch.distributed.run --standalone.")
+@click.option("--config", "config_path", type=click.Path(path_type=Path), metavar="FILE",
+              help="chaosckpt.toml or pyproject.toml to read (default: the nearest one from here up), as suite does.")
 @click.option("--json", "as_json", is_flag=True, help="Print only the result document, as JSON, on stdout.")
 def command(args, scenario_name, params, resume_args, resume_cmd, timeout, tolerance, out, workdir, keep_sandbox, sweep,
-            max_resumes, ckpt_dirs, nproc, as_json):
+            max_resumes, ckpt_dirs, nproc, config_path, as_json):
     """Run a training job, inject a fault, resume it, and score the recovery.
 
     \b
@@ -58,21 +60,32 @@ def command(args, scenario_name, params, resume_args, resume_cmd, timeout, toler
       chaosckpt run train.py --nproc 2 --scenario rank-epoch-skew
       chaosckpt run --scenario rank-epoch-skew -- torchrun --nproc_per_node 2 train.py
 
-    A SCRIPT ending in .py runs with this Python interpreter; any other command
-    given after -- runs as it is. The job runs in a sandbox copy of --workdir:
-    your own files, and your checkpoints above all, are never written.
+    A SCRIPT ending in .py runs with this Python interpreter; another script in
+    the folder runs by its #! line (a .sh without one: with bash); any other
+    command given after -- runs as it is. The job runs in a sandbox copy of
+    --workdir: your own files, and your checkpoints above all, are never written.
+
+    In a project configured for chaosckpt suite ([tool.chaosckpt] or
+    chaosckpt.toml), the job, its resume command, nproc, timeout and tolerance
+    come from there: chaosckpt run -s enospc needs nothing else.
     """
-    workdir = workdir.resolve()
+    if timeout is not None and timeout <= 0:
+        raise UsageError(f"--timeout {timeout:g} is invalid: a run needs some time; give seconds > 0")
+    if tolerance is not None and tolerance < 0:
+        raise UsageError(f"--tolerance {tolerance:g} is invalid: use 0 for bitwise or a positive relative tolerance")
+    conf = configs.with_command_line(
+        config_path, Path.cwd(), command=tuple(args) or None, nproc=nproc, timeout=timeout, tolerance=tolerance,
+        results=out, workdir=workdir, resume_args=invocation.split_tuple("--resume-args", resume_args),
+        resume_command=invocation.split_tuple("--resume-cmd", resume_cmd))
+    workdir = conf.workdir.resolve()
     if not workdir.is_dir():
         raise UsageError(f"--workdir {workdir} is not a directory")
     overrides = dict(scenarios.parse_param(p) for p in params)
     scen = scenarios.load(scenario_name, overrides)
-    command = invocation.with_ranks(invocation.job_command(args, workdir), nproc)
-    resume = invocation.resume_command(command, invocation.split("--resume-args", resume_args), invocation.split("--resume-cmd", resume_cmd))
-    if timeout <= 0:
-        raise UsageError(f"--timeout {timeout:g} is invalid: a run needs some time; give seconds > 0")
-    if tolerance < 0:
-        raise UsageError(f"--tolerance {tolerance:g} is invalid: use 0 for bitwise or a positive relative tolerance")
+    base = Path(conf.source).parent if conf.source and not args else None
+    command = invocation.with_ranks(invocation.job_command(list(conf.command), workdir, base), conf.nproc if conf.nproc != 1 else None)
+    resume = invocation.resume_command(command, conf.resume_args, conf.resume_command)
+    timeout, tolerance, out = conf.timeout, conf.tolerance, conf.results
     results = invocation.results_dir(out, scen.name)
     opts = TrialOptions(command, resume, workdir, results, timeout, tolerance, keep_sandbox, exclude=[out],
                         ckpt_dirs=invocation.ckpt_dirs(ckpt_dirs, workdir), sweep=sweep, max_resumes=max_resumes)

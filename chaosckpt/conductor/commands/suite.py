@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import random
@@ -166,17 +165,14 @@ def command(args, config_path, scenario_names, params, resume_args, resume_cmd, 
     cached in .chaosckpt/ and reused until the job, its files or chaosckpt change.
     """
     started = time.monotonic()
-    conf = configs.load(config_path, Path.cwd()).merged(
+    conf = configs.with_command_line(
+        config_path, Path.cwd(),
         command=tuple(args) or None,
-        resume_args=_split("--resume-args", resume_args),
-        resume_command=_split("--resume-cmd", resume_cmd),
+        resume_args=invocation.split_tuple("--resume-args", resume_args),
+        resume_command=invocation.split_tuple("--resume-cmd", resume_cmd),
         nproc=nproc, timeout=timeout, tolerance=tolerance, results=out, workdir=workdir, jobs=jobs, trials=trials,
         seed=seed, scenarios=tuple(configs.ScenarioEntry(n) for n in scenario_names) or None,
     )
-    if resume_args is not None and resume_cmd is None:
-        conf = dataclasses.replace(conf, resume_command=None)
-    if resume_cmd is not None and resume_args is None:
-        conf = dataclasses.replace(conf, resume_args=None)
     if keyword is not None:
         keywords.matcher(keyword)  # a malformed expression is refused before anything runs
     if resume_suite:
@@ -210,11 +206,6 @@ def command(args, config_path, scenario_names, params, resume_args, resume_cmd, 
         _summary(results, finished, time.monotonic() - started, reports)
     crashed = [f for f in finished if f.trial is None]
     sys.exit(int(ExitCode.INTERNAL if crashed else exit_code(t.status for t in ran)))
-
-
-def _split(option: str, value: Optional[str]) -> Optional[tuple]:
-    split = invocation.split(option, value)
-    return tuple(split) if split is not None else None
 
 
 def _names(trial: PlannedTrial) -> Tuple[str, str]:
