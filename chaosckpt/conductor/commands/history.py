@@ -37,6 +37,6 @@ def command(scenario, last, workdir, as_json):
     for trend in trends:
         rate = 100.0 * trend.passed / trend.total if trend.total else 0.0
         click.echo(f"{trend.scenario}: passed {trend.passed} of {trend.total} trials ({rate:.0f}%) in the last {len(trend.points)} suites")
-        click.echo(f"  {'suite started':<19}  {'passed':>9}  {'most lost steps':>15}  {'first divergent step':>20}")
+        click.echo(f"  {'suite started':<25}  {'passed':>9}  {'most lost steps':>15}  {'first divergent step':>20}")
         for p in trend.points:
-            click.echo(f"  {p.started:<19}  {f'{p.passed}/{p.total}':>9}  {_value(p.max_lost_steps):>15}  {_value(p.first_divergent_step):>20}")
+            click.echo(f"  {p.started:<25}  {f'{p.passed}/{p.total}':>9}  {_value(p.max_lost_steps):>15}  {_value(p.first_divergent_step):>20}")
