@@ -188,7 +188,7 @@ def colour_pixels(png: bytes, rgb) -> int:
     return int((numpy.abs(pixels - numpy.array(rgb)).max(axis=2) < 24).sum())
 
 
-@pytest.mark.skipif(browser.CHROMIUM is None, reason="no chromium on this machine to render the HTML report in "
+@pytest.mark.skipif(not browser.CHROMIUM, reason="no chromium on this machine to render the HTML report in "
                     "(Debian: apt-get install chromium; .ci/run installs it)")
 def test_the_html_report_renders_offline_in_headless_chromium_without_errors_with_its_plots_drawn(suite_dir, tmp_path):
     broken = tmp_path / "broken.html"

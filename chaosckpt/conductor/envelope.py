@@ -25,4 +25,5 @@ def schema(command: str) -> Dict[str, Any]:
     """The JSON Schema of ``chaosckpt COMMAND --json``'s document."""
     if command not in COMMANDS:
         raise ValueError(f"no schema for {command!r}; commands with --json: {', '.join(COMMANDS)}")
-    return json.loads(resources.files("chaosckpt.conductor").joinpath("schemas", f"{command}.schema.json").read_text())
+    loaded: Dict[str, Any] = json.loads(resources.files("chaosckpt.conductor").joinpath("schemas", f"{command}.schema.json").read_text())
+    return loaded

@@ -8,12 +8,11 @@ combine words as in pytest. Written here because pytest is not a run-time depend
 from __future__ import annotations
 
 import re
-from typing import Callable, Iterable, List, Tuple
+from typing import Callable, Iterable, List, NoReturn, Tuple
 
 from chaosckpt.conductor.errors import UsageError
 
-TOKEN = re.compile(r"\s*(?:(\()|(\))|([\w:+\-.\[\]\\/=]+))")
-KEYWORDS = ("and", "or", "not")
+TOKEN = re.compile(r"\s*([()]|[\w:+\-.\[\]\\/=]+)")
 
 Matcher = Callable[[Iterable[str]], bool]
 
@@ -29,11 +28,11 @@ class _Parser:
             match = TOKEN.match(expr, pos)
             if match is None:
                 self.fail(len(expr) - len(expr[pos:].lstrip()), "unexpected character")
-            self.tokens.append((match.group(match.lastindex), match.start(match.lastindex)))
+            self.tokens.append((match.group(1), match.start(1)))
             pos = match.end()
         self.next = 0
 
-    def fail(self, column: int, why: str) -> None:
+    def fail(self, column: int, why: str) -> NoReturn:
         raise UsageError(f"-k {self.expr!r}: {why} at column {column + 1}; "
                          "combine words with and, or, not and parentheses, e.g. -k \"enospc and not late\"")
 
