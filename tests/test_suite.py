@@ -6,6 +6,7 @@ import json
 import shlex
 import shutil
 import sqlite3
+from datetime import datetime
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -182,6 +183,7 @@ params = { save = 2 }
     doc = assert_envelope("suite", json.loads(res.stdout))
     assert [(t["id"], t["status"], t["result"]["status"]) for t in doc["trials"]] == [("first", "passed", "passed")]
     assert doc["summary"]["passed"] == 1 and Path(doc["reports"]["junit"]).is_file()
+    assert datetime.fromisoformat(doc["created"]).tzinfo is not None
     assert "-k 'kill9 and not late' selected 1 of 2 trial(s)" in res.stderr
     folder = suite_folder(project)
     assert [t["id"] for t in json.loads((folder / "suite.json").read_text())["trials"]] == ["first"]

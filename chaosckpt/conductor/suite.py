@@ -73,7 +73,7 @@ class Plan:
     trials: List[PlannedTrial]
     reference_key: str
     created: str
-    """When the suite started, in ISO 8601 (suites before 0.1.1 stored local time as ``2026-12-01 22:49:39``)."""
+    """When the suite started, in ISO 8601 (older suites stored local time as ``2026-12-01 22:49:39``)."""
     hostname: str = field(default_factory=socket.gethostname)
     state: str = "running"
     """``running`` (or interrupted: the process is gone), ``finished``."""

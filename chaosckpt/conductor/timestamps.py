@@ -16,7 +16,7 @@ def now() -> str:
 
 
 def normalized(text: str) -> str:
-    """A stored timestamp in ISO 8601; results written before 0.1.1 held ``2026-12-01 22:49:39`` (local time)."""
+    """A stored timestamp in ISO 8601; older suites stored ``2026-12-01 22:49:39`` (local time)."""
     try:
         stamp = datetime.fromisoformat(text)
     except ValueError:

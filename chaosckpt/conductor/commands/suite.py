@@ -266,7 +266,8 @@ def _resumed(conf, keep_sandbox: bool, keyword: Optional[str]) -> Suite:
 def _document(results: stored.Results, suite: Suite, reports: List[Path]) -> Dict[str, Any]:
     """``suite --json``: the verdicts, each with its replay line, and the reports' paths."""
     return envelope(
-        hostname=suite.plan.hostname, suite=str(suite.folder), seed=suite.plan.seed, summary=results.counts(),
+        hostname=suite.plan.hostname, suite=str(suite.folder), created=results.created, seed=suite.plan.seed,
+        summary=results.counts(),
         reports={"html": str(reports[0]), "junit": str(reports[1]), "markdown": str(reports[2])},
         trials=[{"id": t.id, "status": t.status, "replay": t.replay, "result": t.trial.to_dict() if t.trial else None}
                 for t in results.trials],
