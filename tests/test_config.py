@@ -8,7 +8,7 @@ import pytest
 
 from chaosckpt.conductor import config
 from chaosckpt.conductor.errors import UsageError
-from conftest import run_chaosckpt
+from conftest import read_junit, run_chaosckpt
 
 
 def write(path: Path, text: str) -> Path:
@@ -170,3 +170,10 @@ results = "out"
     commands = {r["name"]: r["command"] for r in trial["runs"]}
     assert commands["faulted"] == ["bash", "train.sh"] and commands["resume"] == ["bash", "train.sh", "--resumed"]
     assert Path(trial["results_dir"]).parent == project / "out"
+    # the JUnit of a real run folder, as chaosckpt report writes it, passes junit-10 and reads back
+    report = run_chaosckpt(["report", trial["results_dir"], "--junit", "junit.xml"], cwd=project)
+    assert report.returncode == 0, report.stderr
+    [suite] = list(read_junit(project / "junit.xml"))
+    [case] = list(suite)
+    assert case.name == "kill9-mid-save" and case.time == pytest.approx(sum(r["duration_s"] for r in trial["runs"]), abs=0.002)
+    assert suite.hostname == res.doc["hostname"] and suite.timestamp
