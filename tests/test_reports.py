@@ -8,6 +8,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+import xmlschema
 
 from chaosckpt.conductor.reports import html, junit, markdown, stored
 import browser
@@ -127,6 +128,15 @@ def test_every_junit_file_validates_against_junit_10_and_reads_back(suite_dir, t
     assert suite.timestamp.startswith("2026-11-30T02:00:00")  # a suite stored before timestamps were ISO 8601
     combined = read_junit(tmp_path / "combined.xml")
     assert (combined.tests, combined.failures, combined.errors) == (4, 2, 0)
+
+    # the schema refuses what chaosckpt 0.1.0 wrote: skipped on <testsuites>, a timestamp that is not ISO 8601
+    text = (tmp_path / "suite.xml").read_text()
+    for before, after in (('<testsuites name="chaosckpt"', '<testsuites skipped="1" name="chaosckpt"'),
+                          ('timestamp="2026-11-30T02:00:00', 'timestamp="2026-11-30 02:00:00')):
+        broken = tmp_path / "broken.xml"
+        broken.write_text(text.replace(before, after, 1))
+        with pytest.raises(xmlschema.XMLSchemaValidationError):
+            read_junit(broken)
 
 
 def test_report_combines_any_number_of_folders_into_one_html_and_markdown(suite_dir, tmp_path):
