@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from chaosckpt.conductor import atomic, invocation, render, scenario as scenarios
+from chaosckpt.conductor import atomic, horizon as horizons, invocation, progress, render, scenario as scenarios
 from chaosckpt.conductor.errors import EXIT_CODES, UsageError, exit_code
 from chaosckpt.conductor.result import document
 from chaosckpt.conductor.trial import TrialOptions, run_trial
@@ -43,9 +43,12 @@ from chaosckpt.conductor.trial import TrialOptions, run_trial
               help="A checkpoint directory (under --workdir) the power-loss model rewrites, besides those the job saved into.")
 @click.option("--nproc", type=int, default=None, metavar="N",
               help="Run SCRIPT.py as N ranks on this machine, through torch.distributed.run --standalone.")
+@click.option("--horizon", "horizon_value", default=str(horizons.DEFAULT), show_default=True, metavar="N|end",
+              help="Steps compared after the resume point: each run stops that far past the point it matters for; "
+                   "'end' runs every run to the job's end.")
 @click.option("--json", "as_json", is_flag=True, help="Print only the result document, as JSON, on stdout.")
 def command(args, scenario_name, params, resume_args, resume_cmd, timeout, tolerance, out, workdir, keep_sandbox, sweep,
-            max_resumes, ckpt_dirs, nproc, as_json):
+            max_resumes, ckpt_dirs, nproc, horizon_value, as_json):
     """Run a training job, inject a fault, resume it, and score the recovery.
 
     \b
@@ -73,9 +76,11 @@ def command(args, scenario_name, params, resume_args, resume_cmd, timeout, toler
         raise UsageError(f"--timeout {timeout:g} is invalid: a run needs some time; give seconds > 0")
     if tolerance < 0:
         raise UsageError(f"--tolerance {tolerance:g} is invalid: use 0 for bitwise or a positive relative tolerance")
+    horizon = horizons.parse(horizon_value)
     results = invocation.results_dir(out, scen.name)
     opts = TrialOptions(command, resume, workdir, results, timeout, tolerance, keep_sandbox, exclude=[out],
-                        ckpt_dirs=invocation.ckpt_dirs(ckpt_dirs, workdir), sweep=sweep, max_resumes=max_resumes)
+                        ckpt_dirs=invocation.ckpt_dirs(ckpt_dirs, workdir), sweep=sweep, max_resumes=max_resumes,
+                        horizon=horizon, progress=progress.wanted(as_json))
     if not as_json:
         click.echo(f"chaosckpt: {scen.name} on {shlex.join(command)} (results in {os.path.relpath(results)})", err=True)
     trial = run_trial(scen, opts)
