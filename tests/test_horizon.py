@@ -14,7 +14,7 @@ from chaosckpt.conductor.arming import NotArmable
 from chaosckpt.conductor.errors import UsageError
 from chaosckpt.conductor.launcher import RunSpec
 from chaosckpt.conductor.runlog import ProcessLog, RunLog, Save
-from tests.conftest import run_chaosckpt
+from conftest import run_chaosckpt
 
 
 def saves_at(steps, start=100.0, every_s=60.0):

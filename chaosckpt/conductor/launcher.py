@@ -25,7 +25,7 @@ from chaosckpt import protocol
 POLL_S = 0.01
 HOLD_S = 30.0
 HOLD_POLL_S = 0.05
-STOP_HOLD_S = 5.0
+STOP_HOLD_S = 2.0
 """How long a job stopped at its horizon is kept for its other ranks to reach the horizon too."""
 BOOT_DIR = Path(__file__).resolve().parent.parent / "agent" / "boot"
 PR_SET_CHILD_SUBREAPER = 36
