@@ -81,8 +81,8 @@ class Trigger:
 
     def check(self, where: str) -> None:
         if not _whole(self.save, -10**9) or self.save == 0:
-            raise UsageError(f"{where}: trigger.save must be a save number >= 1, or -k for the k-th save from the end "
-                             f"of the uninterrupted run, got {self.save!r}")
+            raise UsageError(f"{where}: trigger.save must be a whole number >= 1 (or -k: the k-th save from the end "
+                             f"of the uninterrupted run), got {self.save!r}")
         if self.step is not None and not _whole(self.step, 0):
             raise UsageError(f"{where}: trigger.step must be a whole number >= 0 (the first save at or after that "
                              f"step), got {self.step!r}")
