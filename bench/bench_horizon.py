@@ -1,6 +1,6 @@
 """A trial's cost against the job's length, with the horizon (goals: <= 0.35 and <= 1.2).
 
-    python bench/bench_horizon.py            # 4,000-step job: bare run, trial; then the trial on 40,000 steps
+    python bench/bench_horizon.py            # 4,000-step job: bare run; trials on 4,000 and 40,000 steps, 3 each
     python bench/bench_horizon.py --quick    # the 4,000-step figures only
     python bench/bench_horizon.py --end      # also the trial with --horizon end (every run to the job's end)
 
@@ -11,7 +11,8 @@ step 100 to step 150, about 500 steps of work and three interpreter start-ups, w
 
 Figures: the trial's wall time over one bare full run of the 4,000-step job (goal <= 0.35), and the
 trial's wall time on a 40,000-step job over the same trial on the 4,000-step one (goal <= 1.2: the
-cost does not grow with the job). Each trial starts with a cold project (no cached reference).
+cost does not grow with the job), as medians of ``--repeat`` trials of each length taken alternately.
+Each trial starts with a cold project (no cached reference).
 """
 
 from __future__ import annotations
@@ -94,27 +95,42 @@ def trial(folder: Path, steps: int, horizon: str) -> tuple:
     return took, doc
 
 
+def runs(doc: dict) -> str:
+    return ", ".join(f"{r['name']} {r['duration_s']:.1f} s" for r in doc["runs"])
+
+
+def median(values: list) -> float:
+    return sorted(values)[len(values) // 2]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="leave out the 40,000-step trial")
+    parser.add_argument("--quick", action="store_true", help="leave out the 40,000-step trials")
     parser.add_argument("--end", action="store_true", help="also time the trial with --horizon end on 4,000 steps")
+    parser.add_argument("--repeat", type=int, default=3, help="trials of each length, alternating (medians compared)")
     parser.add_argument("--horizon", default="50")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="chaosckpt-bench-horizon-") as tmp:
         root = Path(tmp)
         full = bare(project(root, "bare"), 4000)
-        short, doc = trial(project(root, "trial-4k"), 4000, args.horizon)
-        print(f"bare run, 4,000 steps:            {full:7.1f} s")
-        print(f"trial, 4,000 steps, horizon {args.horizon}:  {short:7.1f} s  ({doc['headline']})")
-        print(f"trial / bare run:                 {short / full:7.3f}  (goal <= 0.35)")
+        print(f"bare run, 4,000 steps: {full:.1f} s", flush=True)
+        times: dict = {4000: [], 40000: []}
+        lengths = [4000] if args.quick else [4000, 40000]
+        for i in range(args.repeat):
+            for steps in lengths:
+                took, doc = trial(project(root, f"trial-{steps}-{i}"), steps, args.horizon)
+                times[steps].append(took)
+                print(f"trial, {steps:,} steps, horizon {args.horizon}: {took:.1f} s ({runs(doc)}): {doc['headline']}",
+                      flush=True)
+        short = median(times[4000])
+        print(f"trial / bare run: {short:.1f} / {full:.1f} s = {short / full:.3f}  (median of {args.repeat}; goal <= 0.35)")
+        if not args.quick:
+            long = median(times[40000])
+            print(f"trial 40k / trial 4k: {long:.1f} / {short:.1f} s = {long / short:.3f}  (medians of {args.repeat}; goal <= 1.2)")
         if args.end:
             whole, doc = trial(project(root, "trial-end"), 4000, "end")
-            print(f"trial, 4,000 steps, horizon end:  {whole:7.1f} s  ({doc['headline']})")
-            print(f"trial (end) / bare run:           {whole / full:7.3f}")
-        if not args.quick:
-            long, doc = trial(project(root, "trial-40k"), 40000, args.horizon)
-            print(f"trial, 40,000 steps, horizon {args.horizon}: {long:7.1f} s  ({doc['headline']})")
-            print(f"trial 40k / trial 4k:             {long / short:7.3f}  (goal <= 1.2)")
+            print(f"trial, 4,000 steps, horizon end: {whole:.1f} s ({runs(doc)}): {doc['headline']}")
+            print(f"trial (horizon end) / bare run: {whole / full:.3f}")
 
 
 if __name__ == "__main__":
