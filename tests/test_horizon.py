@@ -3,13 +3,14 @@ agent stops a job, and how a stopped run is scored."""
 
 from __future__ import annotations
 
+import json
 import sys
 import textwrap
 
 import pytest
 
 from chaosckpt.agent.horizon import Horizon
-from chaosckpt.conductor import horizon, launcher, placement, score, scenario as scenarios
+from chaosckpt.conductor import cache, horizon, launcher, placement, score, scenario as scenarios
 from chaosckpt.conductor.arming import NotArmable
 from chaosckpt.conductor.errors import UsageError
 from chaosckpt.conductor.launcher import RunSpec
@@ -167,3 +168,27 @@ def test_a_job_is_killed_at_its_horizon_and_the_run_is_marked_stopped(tmp_path, 
     assert result.stopped and not result.fault_fired and not result.timed_out and not result.survivors
     proc = RunLog.read(result.events_dir).trainer()
     assert proc.stopped == steps and len(proc.steps) == steps
+
+
+@pytest.mark.e2e
+def test_a_cached_reference_is_run_again_when_a_trial_needs_a_later_point(tmp_path):
+    work = tmp_path / "project"
+    work.mkdir()
+    (work / "job.py").write_text(JOB)
+    argv = [sys.executable, "job.py"]
+    parts = cache.key_parts(argv, argv, work, [])
+    key = cache.key(parts)
+
+    def reference(save: int) -> bool:
+        dest = tmp_path / f"ref-{save}"
+        stop = {"steps": 2, "after": [{"save": save}]}
+        cached = cache.reference_into(dest, key, parts, argv, work, 120.0, [], stop=stop)
+        assert horizon.covers(RunLog.read(dest / "events"), True, stop)
+        return cached
+
+    assert reference(2) is False
+    assert reference(1) is True  # an earlier point: the stopped run covers it
+    assert reference(3) is False  # a later one: run again, and the entry replaced
+    assert reference(2) is True
+    (entry,) = [p for p in (work / cache.FOLDER / "references").iterdir() if not p.name.startswith(".")]
+    assert json.loads((entry / cache.RUN_FILE).read_text())["stop"] == {"steps": 2, "after": [{"save": 3}]}
