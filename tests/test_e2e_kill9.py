@@ -102,6 +102,16 @@ def test_resuming_an_older_checkpoint_counts_the_lost_work(project, tmp_path):
     assert (trial["recovered_step"], trial["last_good_step"], trial["lost_steps"]) == (8, 16, 16)
 
 
+@pytest.mark.parametrize("placement, save, step, stopped", [("step=9", 2, 16, True), ("save=-2", 3, 24, False)])
+def test_a_fault_placed_by_step_or_from_the_end_lands_in_that_save(project, tmp_path, placement, save, step, stopped):
+    res = trial_of(project, "train.py", "-p", placement, "--horizon", "3", out=tmp_path / "r")
+    assert res.returncode == 0, res.trial["headline"]
+    trial = res.trial
+    assert (trial["fault"]["save"], trial["fault"]["step"], trial["last_good_step"]) == (save, step, step - 8)
+    assert trial["params"]["trigger"][placement.split("=")[0]] == int(placement.split("=")[1])
+    assert trial["compared_steps"] == 3 and trial["runs"][0]["stopped"] is stopped
+
+
 def test_a_job_that_never_resumes_restarts_from_scratch(project, tmp_path):
     res = trial_of(project, "train.py", "--", "--resume-from", "none", out=tmp_path / "r")
     assert res.returncode == 1
