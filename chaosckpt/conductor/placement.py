@@ -23,7 +23,7 @@ def resolve(scenario: Scenario, reference: RunLog) -> Scenario:
         where = f"at or after step {trigger.step} ({last})"
     elif trigger.after is not None:
         start = (saver.hello or {}).get("ts", saves[0].ts if saves else 0.0) if saver is not None else 0.0
-        seconds = duration_s(trigger.after)
+        seconds = duration_s(trigger.after) or 0.0  # checked when the scenario was loaded
         found = [i for i, s in enumerate(saves, 1) if s.ts - start >= seconds]
         last = f"its last {saves[-1].ts - start:.0f} s in" if saves else "none at all"
         where = f"at or after {trigger.after} into the run ({last})"
