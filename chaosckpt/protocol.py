@@ -50,6 +50,8 @@ and ``pid``. The event types and their own fields:
                 ``ino``, ``replaced``, ``keep``), ``unlink`` (``path``, ``ino``,
                 ``keep``), ``mkdir`` / ``rmdir`` (``path``); ``n`` numbers them.
                 ``keep`` is a copy the agent made of data the operation destroyed.
+``stop``        the run reached its horizon (``CHAOSCKPT_STOP``) and holds still for the
+                conductor's SIGKILL. ``step`` (steps recorded in this process).
 ``sampler``     one pass of a DataLoader over its sampler ended (exhausted, or
                 abandoned: ``complete`` false). ``rank``, ``sampler`` (class
                 name), ``size`` (dataset length or null), ``replicas`` and
@@ -77,13 +79,18 @@ ENV_FAULT = "CHAOSCKPT_FAULT"
 """JSON description of the armed fault (see ``chaosckpt.agent.faults``), absent for none."""
 ENV_MARK = "CHAOSCKPT_MARK"
 """A token set on every process of one run, so the conductor can find strays."""
+ENV_STOP = "CHAOSCKPT_STOP"
+"""JSON ``{"steps": N, "after": [...]}``: stop the job N steps after saves meeting every condition (see
+``chaosckpt.agent.horizon``), absent to let it run to its end."""
 ENV_SAMPLER_SKEW = "CHAOSCKPT_SAMPLER_SKEW"
 """JSON ``{"variant": "offset"|"reset", "offset": d, "rank": r}``: skew DistributedSampler epochs (resume runs)."""
 
 FAULT_FLAG_PREFIX = "fault."
 """The agent creates ``fault.<pid>`` in the run directory when a fault halts the job."""
+STOP_FLAG_PREFIX = "stop."
+"""The agent creates ``stop.<pid>`` in the run directory when the job reached its horizon."""
 
-EVENT_TYPES = ("hello", "step", "save-begin", "save-end", "load", "restore", "fault", "op", "sampler")
+EVENT_TYPES = ("hello", "step", "save-begin", "save-end", "load", "restore", "fault", "op", "sampler", "stop")
 
 Event = Dict[str, Any]
 
@@ -127,10 +134,11 @@ def event_files(run_dir: Path) -> Iterator[Path]:
     return iter(sorted(Path(run_dir).glob("events.*.jsonl")))
 
 
-def fault_flags(run_dir: Path) -> List[Path]:
-    """Flags left by agents whose fault fired and which now hold their job still."""
+def fault_flags(run_dir: Path, prefix: str = FAULT_FLAG_PREFIX) -> List[Path]:
+    """Flags left by agents whose fault fired (or, with ``STOP_FLAG_PREFIX``, that reached their horizon)
+    and which now hold their job still."""
     try:
         names = os.listdir(run_dir)
     except FileNotFoundError:
         return []
-    return [Path(run_dir, n) for n in names if n.startswith(FAULT_FLAG_PREFIX)]
+    return [Path(run_dir, n) for n in names if n.startswith(prefix)]

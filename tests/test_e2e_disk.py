@@ -49,10 +49,11 @@ def test_enospc_with_rename_but_no_fsync_passes(project, tmp_path):
     assert rc == 0 and t["outcome"] == "last-good"
 
 
-def test_a_job_that_catches_enospc_and_carries_on_survives(project, tmp_path):
-    rc, t = trial(project, tmp_path, "enospc", "--", "--epochs", "3", "--catch")
+@pytest.mark.parametrize("horizon, compared", [("50", 24), ("3", 19)])
+def test_a_job_that_catches_enospc_and_carries_on_survives(project, tmp_path, horizon, compared):
+    rc, t = trial(project, tmp_path, "enospc", "--horizon", horizon, "--", "--epochs", "3", "--catch")
     assert rc == 0 and t["outcome"] == "survived" and t["reproduced"] is True
-    assert t["compared_steps"] == 24
+    assert t["compared_steps"] == compared
     assert t["headline"].startswith("PASSED enospc: the job carried on past the fault")
 
 
@@ -73,8 +74,9 @@ def test_power_loss_spares_a_fully_durable_save(project, tmp_path):
     assert t["fault"]["model"] == "ordered" and t["fault"]["files"]["ckpt/last.pt"] > 0
 
 
-def test_power_loss_empties_a_renamed_file_that_was_never_fsynced(project, tmp_path):
-    rc, t = trial(project, tmp_path, "power-loss", "--", "--epochs", "3", "--save", "rename-nofsync")
+@pytest.mark.parametrize("horizon", ["50", "3"])
+def test_power_loss_empties_a_renamed_file_that_was_never_fsynced(project, tmp_path, horizon):
+    rc, t = trial(project, tmp_path, "power-loss", "--horizon", horizon, "--", "--epochs", "3", "--save", "rename-nofsync")
     assert rc == 1 and t["outcome"] == "crashed"
     assert t["fault"]["files"]["ckpt/last.pt"] == 0
     (lost,) = [f for f in t["findings"] if f["kind"] == "acknowledged-checkpoint-lost"]

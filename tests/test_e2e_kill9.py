@@ -21,7 +21,8 @@ def trial_of(project: Path, *args: str, out: Path):
     return run_chaosckpt(["run", "--scenario", "kill9-mid-save", "--json", "--out", str(out), *args], cwd=project)
 
 
-def test_robust_example_passes_and_leaves_the_user_directory_alone(tmp_path):
+@pytest.mark.parametrize("horizon, compared", [("end", 48), ("5", 5)])
+def test_robust_example_passes_and_leaves_the_user_directory_alone(tmp_path, horizon, compared):
     project = tmp_path / "project"
     project.mkdir()
     shutil.copy(REPO / "examples" / "robust_train.py", project / "train.py")
@@ -30,14 +31,15 @@ def test_robust_example_passes_and_leaves_the_user_directory_alone(tmp_path):
     before = tree_digest(project)
     results = tmp_path / "results"
 
-    res = trial_of(project, "train.py", "--", "--epochs", "4", out=results)
+    res = trial_of(project, "train.py", "--horizon", horizon, "--", "--epochs", "4", out=results)
 
     assert res.returncode == 0, res.stderr
     trial = res.trial
     assert trial["status"] == "passed" and trial["passed"] is True
     assert trial["outcome"] == "last-good"
     assert trial["recovered_step"] == trial["last_good_step"] == 16
-    assert trial["reproduced"] is True and trial["compared_steps"] == 48
+    assert trial["reproduced"] is True and trial["compared_steps"] == compared
+    assert [run["stopped"] for run in trial["runs"]] == [horizon != "end", False, horizon != "end"]
     assert trial["fault"]["save"] == 2 and trial["fault"]["step"] == 32
     assert trial["findings"] == []
     assert tree_digest(project) == before
@@ -48,14 +50,15 @@ def test_robust_example_passes_and_leaves_the_user_directory_alone(tmp_path):
         assert Path(run["stdout"]).is_file() and Path(run["stderr"]).is_file()
 
 
-def test_naive_example_fails_with_the_torn_checkpoint(tmp_path):
+@pytest.mark.parametrize("horizon", ["50", "3"])
+def test_naive_example_fails_with_the_torn_checkpoint(tmp_path, horizon):
     project = tmp_path / "project"
     project.mkdir()
     shutil.copy(REPO / "examples" / "naive_train.py", project / "train.py")
     results = tmp_path / "results"
 
-    res = run_chaosckpt(["run", "train.py", "-s", "kill9-mid-save", "--out", str(results), "--", "--epochs", "4"],
-                        cwd=project)
+    res = run_chaosckpt(["run", "train.py", "-s", "kill9-mid-save", "--horizon", horizon, "--out", str(results), "--",
+                         "--epochs", "4"], cwd=project)
 
     assert res.returncode == 1, res.stderr
     lines = res.stdout.splitlines()
@@ -97,6 +100,16 @@ def test_resuming_an_older_checkpoint_counts_the_lost_work(project, tmp_path):
     trial = res.trial
     assert trial["outcome"] == "older"
     assert (trial["recovered_step"], trial["last_good_step"], trial["lost_steps"]) == (8, 16, 16)
+
+
+@pytest.mark.parametrize("placement, save, step, stopped", [("step=9", 2, 16, True), ("save=-2", 3, 24, False)])
+def test_a_fault_placed_by_step_or_from_the_end_lands_in_that_save(project, tmp_path, placement, save, step, stopped):
+    res = trial_of(project, "train.py", "-p", placement, "--horizon", "3", out=tmp_path / "r")
+    assert res.returncode == 0, res.trial["headline"]
+    trial = res.trial
+    assert (trial["fault"]["save"], trial["fault"]["step"], trial["last_good_step"]) == (save, step, step - 8)
+    assert trial["params"]["trigger"][placement.split("=")[0]] == int(placement.split("=")[1])
+    assert trial["compared_steps"] == 3 and trial["runs"][0]["stopped"] is stopped
 
 
 def test_a_job_that_never_resumes_restarts_from_scratch(project, tmp_path):

@@ -37,6 +37,21 @@ def kinds(trial: dict) -> list:
     return [f["kind"] for f in trial["findings"]]
 
 
+def test_a_horizon_stops_every_rank_at_the_same_step_and_keeps_the_verdict(ddp_project, tmp_path):
+    res = trial_of(ddp_project, "rank-epoch-skew", "train.py", "--nproc", "2", "--horizon", "3", "--",
+                   "--ckpt", "per-rank", out=tmp_path / "r")
+
+    trial = res.trial
+    assert res.returncode == 0, trial["headline"]
+    assert [(r["rank"], r["outcome"], r["recovered_step"], r["reproduced"], r["last_step"]) for r in trial["ranks"]] == [
+        (0, "last-good", 4, True, 7), (1, "last-good", 4, True, 7)]
+    assert trial["compared_steps"] == 3 and trial["findings"] == []
+    assert [run["stopped"] for run in trial["runs"]] == [True, False, True]
+    reference = RunLog.read(Path(trial["runs"][0]["events"])).ranks()
+    assert [(rank, len(proc.steps), proc.stopped) for rank, proc in reference.items()] == [(0, 11, 11), (1, 11, 11)]
+    assert processes_of(tmp_path / "r") == []
+
+
 def test_per_rank_checkpoints_agreeing_on_the_newest_common_epoch_pass(ddp_project, tmp_path):
     res = trial_of(ddp_project, "rank-epoch-skew", "train.py", "--nproc", "2", "--", "--ckpt", "per-rank",
                    out=tmp_path / "r")

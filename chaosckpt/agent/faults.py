@@ -88,10 +88,10 @@ def disk_full_error() -> OSError:
     return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
-def halt(writer, **fields: object) -> None:
-    """Record the fault, raise the flag and hold the process still until it is killed."""
-    writer.emit("fault", **fields)
-    writer.raise_flag(protocol.FAULT_FLAG_PREFIX)
+def halt(writer, event: str = "fault", flag: str = protocol.FAULT_FLAG_PREFIX, **fields: object) -> None:
+    """Record the fault (or the horizon's ``stop``), raise its flag and hold the process still until it is killed."""
+    writer.emit(event, **fields)
+    writer.raise_flag(flag)
     deadline = time.monotonic() + HALT_SECONDS
     while time.monotonic() < deadline:
         time.sleep(0.05)

@@ -5,14 +5,17 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import time
 import weakref
 from typing import TYPE_CHECKING, Dict, Iterator, List, Optional
 
 import torch
 
+from chaosckpt import protocol
 from chaosckpt.agent import faults, fingerprint
 from chaosckpt.agent.channel import EventWriter
 from chaosckpt.agent.faults import ArmedFault
+from chaosckpt.agent.horizon import Horizon
 from chaosckpt.agent.modes import Modes
 from chaosckpt.agent.streams import Streams
 
@@ -30,8 +33,10 @@ def _one_line(exc: BaseException) -> str:
 class Recorder:
     """The per-process recording state, fed by the hooks that ``interpose`` installs."""
 
-    def __init__(self, writer: EventWriter, rank: Optional[int], fault: Optional[ArmedFault]) -> None:
+    def __init__(self, writer: EventWriter, rank: Optional[int], fault: Optional[ArmedFault],
+                 horizon: Optional[Horizon] = None) -> None:
         self.writer = writer
+        self.horizon = horizon
         self.rank = rank
         self.fault = fault if fault is not None and fault.applies_to(rank) else None
         self.enabled = True
@@ -51,6 +56,7 @@ class Recorder:
         self._halt_pending: Optional[dict] = None
         self._op_base = 0
         self._eval_done = False
+        self._save_began = 0.0
 
     def fire(self, **fields: object) -> None:
         """The armed fault's moment has come: halt for the conductor's SIGKILL, or fail the write with ENOSPC."""
@@ -129,6 +135,8 @@ class Recorder:
             self._primary = weakref.ref(optimizer)
         elif self._primary() is not optimizer:
             return
+        if self.horizon is not None and self.horizon.due(self.step):
+            faults.halt(self.writer, event="stop", flag=protocol.STOP_FLAG_PREFIX, step=self.step)
         self.step += 1
         self.guarded(self._record_step, optimizer)
 
@@ -171,6 +179,7 @@ class Recorder:
     def save_begin(self, path: Optional[str], via: str, obj: object = None) -> int:
         self.fire_pending()
         self.saving = True
+        self._save_began = time.time()
         self.saves += 1
         fields: Dict[str, object] = {}
         if obj is not None and self.step:
@@ -236,6 +245,8 @@ class Recorder:
             writes=writes,
             error=None if error is None else _one_line(error),
         )
+        if self.horizon is not None:
+            self.horizon.saved(save, self.step, self._save_began)
         fault = self.fault
         if fault is not None and fault.after_save and fault.save == save and error is None:
             self._halt_pending = {"after_save": True, "step": self.step}

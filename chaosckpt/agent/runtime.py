@@ -90,13 +90,15 @@ def _install() -> None:
 
     from chaosckpt.agent import faults, fileops, interpose
     from chaosckpt.agent.channel import EventWriter
+    from chaosckpt.agent.horizon import Horizon
     from chaosckpt.agent.recorder import Recorder
 
     spec = os.environ.get(protocol.ENV_FAULT)
     fault = faults.ArmedFault.from_json(json.loads(spec)) if spec else None
     rank = _rank()
     run_dir = os.environ[protocol.ENV_RUN_DIR]
-    rec = Recorder(EventWriter(run_dir, rank), rank, fault)
+    stop = os.environ.get(protocol.ENV_STOP)
+    rec = Recorder(EventWriter(run_dir, rank), rank, fault, Horizon(json.loads(stop)) if stop else None)
     interpose.install(rec)
     when_imported("torch.distributed.checkpoint", lambda: interpose.install_dcp(rec))
     if rec.fault is not None and rec.fault.track is not None:

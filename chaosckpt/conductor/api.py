@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
 
-from chaosckpt.conductor import atomic, cache, invocation, scenario as scenarios
+from chaosckpt.conductor import atomic, cache, horizon as horizons, invocation, scenario as scenarios
 from chaosckpt.conductor.errors import UsageError
 from chaosckpt.conductor.result import Trial, document
 from chaosckpt.conductor.trial import TrialOptions, run_trial
@@ -45,11 +45,13 @@ def run(
     tolerance: float = 0.0,
     keep_sandbox: bool = False,
     reuse_reference: bool = True,
+    horizon: Union[int, str, None] = horizons.DEFAULT,
 ) -> Trial:
     """Run ``job`` (a script relative to ``workdir``, or a command) under ``scenario`` and return the verdict.
 
     ``params`` overrides scenario parameters (``{"save": 3, "fraction": 0.9}``). Results go to
-    ``out`` (default ``workdir/chaosckpt-results``) as with ``chaosckpt run``. With ``reuse_reference``
+    ``out`` (default ``workdir/chaosckpt-results``) as with ``chaosckpt run``; ``horizon`` is the number of
+    steps compared after the resume point, or ``"end"``. With ``reuse_reference``
     the reference run comes from the project's cache when nothing it depends on changed.
     """
     workdir = Path(workdir).resolve()
@@ -60,6 +62,7 @@ def run(
     if tolerance < 0:
         raise UsageError(f"tolerance={tolerance:g} is invalid: use 0 for bitwise or a positive relative tolerance")
     scen = scenarios.load(scenario, dict(params or {}))
+    steps = horizons.parse(horizon, "horizon=")
     command = invocation.job_command([*_argv(job), *args], workdir, base=workdir)
     resume = invocation.resume_command(command, _optional_argv(resume_args), _optional_argv(resume_command))
     root = Path(out) if out is not None else workdir / "chaosckpt-results"
@@ -68,8 +71,10 @@ def run(
     if reuse_reference:
         parts = cache.key_parts(command, resume, workdir, [root])
         reference = results / "cached-reference"
-        cache.reference_into(reference, cache.key(parts), parts, command, workdir, timeout, [root])
-    opts = TrialOptions(command, resume, workdir, results, timeout, tolerance, keep_sandbox, reference=reference, exclude=[root])
+        stop = horizons.trial_stop(steps, scen.trigger)
+        cache.reference_into(reference, cache.key(parts), parts, command, workdir, timeout, [root], stop=stop)
+    opts = TrialOptions(command, resume, workdir, results, timeout, tolerance, keep_sandbox, reference=reference,
+                        exclude=[root], horizon=steps)
     try:
         trial = run_trial(scen, opts)
     finally:

@@ -24,9 +24,10 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional
 
 from chaosckpt import __version__
-from chaosckpt.conductor import atomic, launcher, sandbox
+from chaosckpt.conductor import atomic, horizon, launcher, sandbox
 from chaosckpt.conductor.launcher import RunSpec
 from chaosckpt.conductor.result import RunRecord
+from chaosckpt.conductor.runlog import RunLog
 
 FOLDER = ".chaosckpt"
 RUN_FILE = "run.json"
@@ -126,13 +127,15 @@ def key(parts: Dict[str, object]) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
 
 
-def run_reference(command: List[str], workdir: Path, dest: Path, timeout_s: float, exclude: Iterable[Path]) -> RunRecord:
-    """Run the job once without a fault into ``dest`` (``events/``, logs, ``run.json``) from a private sandbox."""
+def run_reference(command: List[str], workdir: Path, dest: Path, timeout_s: float, exclude: Iterable[Path],
+                  stop: Optional[Dict] = None) -> RunRecord:
+    """Run the job once without a fault into ``dest`` (``events/``, logs, ``run.json``) from a private sandbox,
+    to its end or to the horizon ``stop``."""
     dest.mkdir(parents=True, exist_ok=True)
     box = dest.parent / f".sandbox-{dest.name}"
     try:
         sandbox.create(workdir, box, exclude=[*exclude, dest])
-        result = launcher.launch(RunSpec("reference", list(command), box, dest, timeout_s))
+        result = launcher.launch(RunSpec("reference", list(command), box, dest, timeout_s, stop=stop))
     finally:
         sandbox.remove(box)
     record = RunRecord(
@@ -146,6 +149,8 @@ def run_reference(command: List[str], workdir: Path, dest: Path, timeout_s: floa
         stdout="stdout.log",
         stderr="stderr.log",
         events="events",
+        stopped=result.stopped,
+        stop=stop,
     )
     atomic.write_text(dest / RUN_FILE, json.dumps(asdict(record), indent=2) + "\n")
     return record
@@ -190,19 +195,26 @@ class ReferenceCache:
         shutil.rmtree(self.folder / key, ignore_errors=True)
 
 
+def reaches(entry: Path, stop: Optional[Dict]) -> bool:
+    """Whether the cached reference in ``entry`` went as far as the horizon ``stop`` asks (None: its end)."""
+    record = RunRecord(**json.loads((entry / RUN_FILE).read_text()))
+    return horizon.covers(RunLog.read(entry / record.events), record.stopped, stop)
+
+
 def reference_into(dest: Path, key_: str, parts: Dict[str, object], command: List[str], workdir: Path,
-                   timeout_s: float, exclude: Iterable[Path], fresh: bool = False) -> bool:
-    """Fill ``dest`` with the reference run: from the project's cache, else run it (and cache it when it
-    exited 0). ``fresh`` runs it even when cached, replacing the entry. True when it came from the cache."""
+                   timeout_s: float, exclude: Iterable[Path], fresh: bool = False, stop: Optional[Dict] = None) -> bool:
+    """Fill ``dest`` with the reference run: from the project's cache, else run it to the horizon ``stop``
+    (and cache it when it exited 0 or reached its horizon). A cached run stopped short of ``stop`` is run
+    again; ``fresh`` runs it even when cached, replacing the entry. True when it came from the cache."""
     store = ReferenceCache.of_project(workdir)
     entry = None if fresh else store.lookup(key_)
-    if entry is not None:
+    if entry is not None and reaches(entry, stop):
         restore(entry, dest)
         return True
     shutil.rmtree(dest, ignore_errors=True)
-    record = run_reference(command, workdir, dest, timeout_s, exclude)
-    if record.returncode == 0 and not record.timed_out and not record.survivors:
-        if fresh:
+    record = run_reference(command, workdir, dest, timeout_s, exclude, stop)
+    if (record.returncode == 0 or record.stopped) and not record.timed_out and not record.survivors:
+        if fresh or entry is not None:
             store.discard(key_)
         store.store(key_, dest, parts)
     return False

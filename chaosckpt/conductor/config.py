@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from chaosckpt.conductor import horizon as horizons
 from chaosckpt.conductor.errors import UsageError
 
 if sys.version_info >= (3, 11):
@@ -51,6 +52,8 @@ class SuiteConfig:
     jobs: int = 1
     trials: int = 0
     seed: Optional[int] = None
+    horizon: Any = horizons.DEFAULT
+    """Steps compared after the resume point (see ``horizon``), or ``"end"``."""
     source: Optional[str] = None
 
     def merged(self, **cli: Any) -> "SuiteConfig":
@@ -91,6 +94,10 @@ def _seed(key: str, value: Any) -> None:
         raise UsageError(f"{key} must be a whole number, got {value!r}")
 
 
+def _horizon(key: str, value: Any) -> None:
+    horizons.parse(value, key)
+
+
 def _argv(key: str, value: Any) -> None:
     if not isinstance(value, tuple) or not all(isinstance(v, str) for v in value):
         raise UsageError(f"{key} must be a string or a list of strings, got {value!r}")
@@ -119,6 +126,7 @@ _CHECKS: Dict[str, Callable[[str, Any], None]] = {
     "jobs": _whole(1),
     "trials": _whole(0),
     "seed": _seed,
+    "horizon": _horizon,
 }
 KEYS = tuple(k for k in _CHECKS)
 """The keys a configuration file may hold; ``source`` is chaosckpt's own."""

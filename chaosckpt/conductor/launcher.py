@@ -26,6 +26,8 @@ from chaosckpt import protocol
 POLL_S = 0.01
 HOLD_S = 30.0
 HOLD_POLL_S = 0.05
+STOP_HOLD_S = 2.0
+"""How long a job stopped at its horizon is kept for its other ranks to reach the horizon too."""
 BOOT_DIR = Path(__file__).resolve().parent.parent / "agent" / "boot"
 PR_SET_CHILD_SUBREAPER = 36
 PR_GET_CHILD_SUBREAPER = 37
@@ -44,6 +46,10 @@ class RunSpec:
     env: Dict[str, str] = field(default_factory=dict)
     hold: Optional[Callable[[Path], bool]] = None
     """After a fault fires, the kill waits (at most ``HOLD_S``) until this is true of the events folder."""
+    stop: Optional[Dict] = None
+    """The horizon (``CHAOSCKPT_STOP``): the job is killed once it reports having reached it."""
+    watch: Optional[Callable[[Path, float], None]] = None
+    """Called with the events folder and the seconds elapsed while the job runs (a progress line)."""
 
 
 @dataclass
@@ -54,6 +60,8 @@ class RunResult:
     timed_out: bool
     fault_fired: bool
     survivors: List[int]
+    stopped: bool = False
+    """The job reached its horizon and was killed there: not a crash."""
 
     @property
     def events_dir(self) -> Path:
@@ -94,8 +102,11 @@ def job_env(spec: RunSpec, events_dir: Path, mark: str) -> Dict[str, str]:
     env[protocol.ENV_RUN_DIR] = str(events_dir)
     env[protocol.ENV_MARK] = mark
     env.pop(protocol.ENV_FAULT, None)
+    env.pop(protocol.ENV_STOP, None)
     if spec.fault is not None:
         env[protocol.ENV_FAULT] = json.dumps(spec.fault)
+    if spec.stop is not None:
+        env[protocol.ENV_STOP] = json.dumps(spec.stop)
     return env
 
 
@@ -165,13 +176,28 @@ def _reap(procs: Dict[int, psutil.Process], exclude: int) -> None:
             pass
 
 
-def _hold(spec: RunSpec, events_dir: Path, started: float) -> None:
-    """Keep the halted job alive until the rest of it reaches the point the fault wants (``spec.hold``)."""
-    if spec.hold is None:
+def _hold(spec: RunSpec, events_dir: Path, started: float, hold: Optional[Callable[[Path], bool]],
+          limit_s: float = HOLD_S) -> None:
+    """Keep the halted job alive (at most ``limit_s``) until the rest of it reaches the point ``hold`` wants."""
+    if hold is None:
         return
-    deadline = min(time.monotonic() + HOLD_S, started + spec.timeout_s)
-    while time.monotonic() < deadline and not spec.hold(events_dir):
+    deadline = min(time.monotonic() + limit_s, started + spec.timeout_s)
+    while time.monotonic() < deadline and not hold(events_dir):
         time.sleep(HOLD_POLL_S)
+
+
+def _all_stopped(events_dir: Path) -> bool:
+    """Every live process that records events has reached the horizon too (the other ranks of a job)."""
+    flagged = {p.name[len(protocol.STOP_FLAG_PREFIX):] for p in protocol.fault_flags(events_dir, protocol.STOP_FLAG_PREFIX)}
+    for path in protocol.event_files(events_dir):
+        pid = path.name.split(".")[2]
+        if pid not in flagged and pid.isdigit() and psutil.pid_exists(int(pid)):
+            try:
+                if psutil.Process(int(pid)).status() != psutil.STATUS_ZOMBIE:
+                    return False
+            except psutil.Error:
+                continue
+    return True
 
 
 def launch(spec: RunSpec) -> RunResult:
@@ -192,21 +218,27 @@ def _run(spec: RunSpec) -> RunResult:
             spec.argv, cwd=spec.cwd, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True
         )
     root = psutil.Process(proc.pid)
-    timed_out = fault_fired = False
+    timed_out = fault_fired = stopped = False
     survivors: List[int] = []
     try:
         while proc.poll() is None:
             if protocol.fault_flags(events_dir):
                 fault_fired = True
-                _hold(spec, events_dir, started)
+                _hold(spec, events_dir, started, spec.hold)
+                break
+            if protocol.fault_flags(events_dir, protocol.STOP_FLAG_PREFIX):
+                stopped = True
+                _hold(spec, events_dir, started, _all_stopped, STOP_HOLD_S)
                 break
             if time.monotonic() - started > spec.timeout_s:
                 timed_out = True
                 break
+            if spec.watch is not None:
+                spec.watch(events_dir, time.monotonic() - started)
             time.sleep(POLL_S)
     finally:
         survivors = kill_tree(root, mark)
         proc.wait()
     if not fault_fired and protocol.fault_flags(events_dir):
         fault_fired = True
-    return RunResult(spec, proc.returncode, time.monotonic() - started, timed_out, fault_fired, survivors)
+    return RunResult(spec, proc.returncode, time.monotonic() - started, timed_out, fault_fired, survivors, stopped)

@@ -74,7 +74,9 @@ def headline(trial: Trial) -> str:
     start = f"resumed from the last good checkpoint (step {trial.recovered_step})"
     how = "bitwise" if trial.tolerance == 0 else f"within relative tolerance {trial.tolerance:g}"
     if trial.reproduced:
-        return f"{verdict} {name}: {start} and reproduced all {trial.compared_steps} following steps {how}"
+        cut = trial.horizon is not None and trial.compared_steps >= trial.horizon
+        span = "following steps up to the horizon" if cut else "following steps"
+        return f"{verdict} {name}: {start} and reproduced {'the' if cut else 'all'} {trial.compared_steps} {span} {how}"
     diff = f", largest loss difference {trial.max_loss_diff:.3g}" if trial.max_loss_diff is not None else ""
     cause = next((f.message for f in trial.findings if f.kind in DIVERGENCE_CAUSES), "")
     return (f"{verdict} {name}: {start} but diverged from the uninterrupted run at step "

@@ -53,6 +53,10 @@ class RunRecord:
     events: str
     cached: bool = False
     """A reference run reused from an earlier one (a suite's, or the project's cache): its time is not this trial's."""
+    stopped: bool = False
+    """Its horizon stopped it (and the conductor killed it there): not a crash."""
+    stop: Optional[Dict[str, Any]] = None
+    """The horizon it was given (``CHAOSCKPT_STOP``); null: it ran to its end."""
 
 
 @dataclass
@@ -76,6 +80,8 @@ class Trial:
     first_divergent_step: Optional[int] = None
     max_loss_diff: Optional[float] = None
     compared_steps: int = 0
+    horizon: Optional[int] = None
+    """Steps compared after the resume point at most; null: every run went to the job's end."""
     tolerance: float = 0.0
     findings: List[Finding] = field(default_factory=list)
     ranks: List[Dict[str, Any]] = field(default_factory=list)

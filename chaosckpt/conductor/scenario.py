@@ -21,12 +21,15 @@ if sys.version_info >= (3, 11):
 else:
     import tomli as tomllib
 
+PLACEMENT_KEYS = ("save", "step", "after")
+"""Which save a fault concerns: its number (negative: counted from the reference's end), the first save
+at or after a step, or the first save at or after a wall-clock time into the run."""
 TRIGGER_KEYS = {
-    "kill": ("save", "fraction", "write"),
-    "enospc": ("save", "fraction", "write", "free_bytes"),
-    "power-loss": ("save", "op", "model"),
-    "eval-left-on": ("save",),
-    "rank-skew": ("save", "fraction", "write", "rank", "variant", "offset"),
+    "kill": (*PLACEMENT_KEYS, "fraction", "write"),
+    "enospc": (*PLACEMENT_KEYS, "fraction", "write", "free_bytes"),
+    "power-loss": (*PLACEMENT_KEYS, "op", "model"),
+    "eval-left-on": PLACEMENT_KEYS,
+    "rank-skew": (*PLACEMENT_KEYS, "fraction", "write", "rank", "variant", "offset"),
 }
 """The trigger keys each fault kind takes; the others keep their defaults."""
 FAULTS = tuple(TRIGGER_KEYS)
@@ -39,6 +42,22 @@ def _whole(value: object, least: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= least
 
 
+DURATION_UNITS = {"s": 1, "m": 60, "h": 3600}
+
+
+def duration_s(value: object) -> float | None:
+    """Seconds from ``90``, ``90s``, ``45m`` or ``1.5h``; None when ``value`` is none of these."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value) if value >= 0 else None
+    if not isinstance(value, str) or len(value) < 2 or value[-1] not in DURATION_UNITS:
+        return None
+    try:
+        number = float(value[:-1])
+    except ValueError:
+        return None
+    return number * DURATION_UNITS[value[-1]] if number >= 0 else None
+
+
 @dataclass(frozen=True)
 class Trigger:
     """Where the fault fires: save number ``save``, at ``fraction`` of its bytes or before write ``write``;
@@ -46,6 +65,10 @@ class Trigger:
     save (else just after it returns), under durability ``model``."""
 
     save: int = 2
+    step: int | None = None
+    """Instead of ``save``: the first save at or after this step of the reference run."""
+    after: int | float | str | None = None
+    """Instead of ``save``: the first save at or after this time into the reference run (``90s``, ``45m``, ``2h``)."""
     fraction: float = 0.5
     write: int | None = None
     free_bytes: int | None = None
@@ -57,8 +80,17 @@ class Trigger:
     offset: int = 1
 
     def check(self, where: str) -> None:
-        if not _whole(self.save, 1):
-            raise UsageError(f"{where}: trigger.save must be a whole number >= 1, got {self.save!r}")
+        if not _whole(self.save, -10**9) or self.save == 0:
+            raise UsageError(f"{where}: trigger.save must be a whole number >= 1 (or -k: the k-th save from the end "
+                             f"of the uninterrupted run), got {self.save!r}")
+        if self.step is not None and not _whole(self.step, 0):
+            raise UsageError(f"{where}: trigger.step must be a whole number >= 0 (the first save at or after that "
+                             f"step), got {self.step!r}")
+        if self.after is not None and duration_s(self.after) is None:
+            raise UsageError(f"{where}: trigger.after must be a time into the run such as 90s, 45m or 2h, "
+                             f"got {self.after!r}")
+        if self.step is not None and self.after is not None:
+            raise UsageError(f"{where}: trigger.step and trigger.after both place the fault; give one of them")
         if not isinstance(self.fraction, (int, float)) or isinstance(self.fraction, bool) or not 0 <= self.fraction < 1:
             raise UsageError(f"{where}: trigger.fraction must be a number in [0, 1), got {self.fraction!r}")
         for key, least in (("write", 1), ("free_bytes", 0), ("op", 0)):
@@ -101,7 +133,9 @@ class Scenario:
     source: str
 
     def params(self) -> Dict[str, Any]:
-        trigger = {k: getattr(self.trigger, k) for k in TRIGGER_KEYS[self.fault]}
+        placed = [k for k in PLACEMENT_KEYS[1:] if getattr(self.trigger, k) is not None] or ["save"]
+        trigger = {k: getattr(self.trigger, k) for k in TRIGGER_KEYS[self.fault]
+                   if k not in PLACEMENT_KEYS or k in placed}
         return {"trigger": trigger, "expect": dataclasses.asdict(self.expect)}
 
 
@@ -151,6 +185,12 @@ def parse(text: str, where: str, overrides: Dict[str, Any] | None = None) -> Sce
         raise UsageError(f"{where}: unknown fault '{data['fault']}' (known: {', '.join(FAULTS)})")
     trigger = dict(_table(data, "trigger", where))
     expect = dict(_table(data, "expect", where))
+    placing = [k for k in (overrides or {}) if k.rpartition(".")[2] in PLACEMENT_KEYS]
+    if len(placing) > 1:
+        raise UsageError(f"--param {placing[0]} and --param {placing[1]} both place the fault; give one of them")
+    if placing:
+        for key in PLACEMENT_KEYS:
+            trigger.pop(key, None)  # an explicit placement replaces the file's
     for key, value in (overrides or {}).items():
         section, _, name = key.rpartition(".")
         section = section or "trigger"

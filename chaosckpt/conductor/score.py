@@ -111,7 +111,11 @@ def trajectory(reference: ProcessLog, resume: ProcessLog, start: int, tolerance:
     divergent = first_mismatch(resume.steps, ref_steps, start, tolerance)
     findings: List[Finding] = []
     expected = len(ref_steps) - start
-    if divergent is None and len(resume.steps) != expected:
+    taken = len(resume.steps)
+    # a run its horizon stopped has no steps past it, which is no difference
+    short = taken < expected and resume.stopped is None
+    long = taken > expected and reference.stopped is None
+    if divergent is None and (short or long):
         divergent = start + min(len(resume.steps), expected) + 1
         findings.append(
             Finding(

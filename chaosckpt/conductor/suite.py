@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Set
 
 from chaosckpt import __version__
-from chaosckpt.conductor import atomic, cache, scenario as scenarios
+from chaosckpt.conductor import atomic, cache, horizon, scenario as scenarios
 from chaosckpt.conductor.errors import ExitCode, exit_code
 from chaosckpt.conductor.result import document
 from chaosckpt.conductor.runlog import RunLog
@@ -75,6 +75,8 @@ class Plan:
     created: str
     """When the suite started, in ISO 8601 (older suites stored local time as ``2026-12-01 22:49:39``)."""
     hostname: str = field(default_factory=socket.gethostname)
+    horizon: Optional[int] = horizon.DEFAULT
+    """Steps compared after each resume point; None: every run to the job's end."""
     state: str = "running"
     """``running`` (or interrupted: the process is gone), ``finished``."""
     format: int = FORMAT
@@ -105,6 +107,8 @@ class Plan:
             argv += ["--tolerance", f"{self.tolerance:g}"]
         if self.nproc != 1:
             argv += ["--nproc", str(self.nproc)]
+        if self.horizon != horizon.DEFAULT:
+            argv += ["--horizon", horizon.END if self.horizon is None else str(self.horizon)]
         argv += ["--", *self.args]
         line = shlex.join(argv)
         here = Path.cwd().resolve()
@@ -221,6 +225,7 @@ class Suite:
             "nproc": self.plan.nproc,
             "keep_sandbox": self.keep_sandbox,
             "reference": str(self.folder / "reference"),
+            "horizon": self.plan.horizon,
             "exclude": [self.plan.results],
         }
         path = folder / "spec.json"
@@ -257,14 +262,23 @@ class Suite:
             )
 
 
-def prepare_reference(folder: Path, plan: Plan, parts: Dict[str, object], fresh: bool) -> bool:
+def reference_stop(plan: Plan, random: bool = False) -> Optional[Dict[str, Any]]:
+    """The reference's horizon: past the last fault point any planned trial needs; its end when trials are
+    placed at random among all its saves."""
+    if random:
+        return None
+    return horizon.reference_stop(plan.horizon, [horizon.condition(scenarios.load(t.scenario, t.params).trigger)
+                                                 for t in plan.trials])
+
+
+def prepare_reference(folder: Path, plan: Plan, parts: Dict[str, object], fresh: bool, random: bool = False) -> bool:
     """Put the suite's reference run into ``folder/reference`` (see ``cache.reference_into``); a resumed
     suite keeps the one it started with. True when it came from a cache."""
     dest = folder / "reference"
     if (dest / cache.RUN_FILE).is_file():
         return True
     return cache.reference_into(dest, plan.reference_key, parts, plan.command, Path(plan.workdir), plan.timeout,
-                                [Path(plan.results)], fresh)
+                                [Path(plan.results)], fresh, reference_stop(plan, random))
 
 
 def _die_with_parent() -> None:
@@ -299,7 +313,7 @@ def worker(spec_path: Path) -> int:
     opts = TrialOptions(
         spec["command"], spec["resume_command"], Path(spec["workdir"]), Path(spec["results_dir"]),
         spec["timeout"], spec["tolerance"], spec["keep_sandbox"], reference=Path(spec["reference"]),
-        exclude=[Path(p) for p in spec["exclude"]],
+        exclude=[Path(p) for p in spec["exclude"]], horizon=spec.get("horizon", horizon.DEFAULT),
     )
     trial = run_trial(scen, opts)
     atomic.write_text(opts.results_dir / "result.json", json.dumps(document([trial]), indent=2) + "\n")

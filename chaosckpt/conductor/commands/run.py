@@ -10,7 +10,8 @@ from pathlib import Path
 
 import click
 
-from chaosckpt.conductor import atomic, config as configs, invocation, render, scenario as scenarios
+from chaosckpt.conductor import atomic, config as configs, horizon as horizons, invocation, progress, render
+from chaosckpt.conductor import scenario as scenarios
 from chaosckpt.conductor.errors import EXIT_CODES, UsageError, exit_code
 from chaosckpt.conductor.result import document
 from chaosckpt.conductor.trial import TrialOptions, run_trial
@@ -45,9 +46,12 @@ from chaosckpt.conductor.trial import TrialOptions, run_trial
               help="Run SCRIPT.py as N ranks on this machine, through torch.distributed.run --standalone.")
 @click.option("--config", "config_path", type=click.Path(path_type=Path), metavar="FILE",
               help="chaosckpt.toml or pyproject.toml to read (default: the nearest one from here up), as suite does.")
+@click.option("--horizon", "horizon_value", default=None, metavar="N|end",
+              help="Steps compared after the resume point: each run stops that far past the point it matters for; "
+                   f"'end' runs every run to the job's end (default {horizons.DEFAULT}).")
 @click.option("--json", "as_json", is_flag=True, help="Print only the result document, as JSON, on stdout.")
 def command(args, scenario_name, params, resume_args, resume_cmd, timeout, tolerance, out, workdir, keep_sandbox, sweep,
-            max_resumes, ckpt_dirs, nproc, config_path, as_json):
+            max_resumes, ckpt_dirs, nproc, config_path, horizon_value, as_json):
     """Run a training job, inject a fault, resume it, and score the recovery.
 
     \b
@@ -76,7 +80,7 @@ def command(args, scenario_name, params, resume_args, resume_cmd, timeout, toler
     conf = configs.with_command_line(
         config_path, Path.cwd(), command=tuple(args) or None, nproc=nproc, timeout=timeout, tolerance=tolerance,
         results=out, workdir=workdir, resume_args=invocation.split_tuple("--resume-args", resume_args),
-        resume_command=invocation.split_tuple("--resume-cmd", resume_cmd))
+        resume_command=invocation.split_tuple("--resume-cmd", resume_cmd), horizon=horizon_value)
     workdir = conf.workdir.resolve()
     if not workdir.is_dir():
         raise UsageError(f"--workdir {workdir} is not a directory")
@@ -86,9 +90,11 @@ def command(args, scenario_name, params, resume_args, resume_cmd, timeout, toler
     command = invocation.with_ranks(invocation.job_command(list(conf.command), workdir, base), conf.nproc if conf.nproc != 1 else None)
     resume = invocation.resume_command(command, conf.resume_args, conf.resume_command)
     timeout, tolerance, out = conf.timeout, conf.tolerance, conf.results
+    horizon = horizons.parse(conf.horizon, "--horizon")
     results = invocation.results_dir(out, scen.name)
     opts = TrialOptions(command, resume, workdir, results, timeout, tolerance, keep_sandbox, exclude=[out],
-                        ckpt_dirs=invocation.ckpt_dirs(ckpt_dirs, workdir), sweep=sweep, max_resumes=max_resumes)
+                        ckpt_dirs=invocation.ckpt_dirs(ckpt_dirs, workdir), sweep=sweep, max_resumes=max_resumes,
+                        horizon=horizon, progress=progress.wanted(as_json))
     if not as_json:
         click.echo(f"chaosckpt: {scen.name} on {shlex.join(command)} (results in {os.path.relpath(results)})", err=True)
     trial = run_trial(scen, opts)

@@ -13,7 +13,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import click
 
-from chaosckpt.conductor import atomic, cache, config as configs, history, invocation, keywords, scenario as scenarios, timestamps
+from chaosckpt.conductor import atomic, cache, config as configs, history, horizon as horizons, invocation, keywords
+from chaosckpt.conductor import scenario as scenarios, timestamps
 from chaosckpt.conductor.commands import report as report_command
 from chaosckpt.conductor.envelope import envelope
 from chaosckpt.conductor.errors import EXIT_CODES, ExitCode, UsageError, exit_code
@@ -73,7 +74,8 @@ def _new_plan(conf: configs.SuiteConfig, from_cli: bool, params: Dict[str, Any])
     parts = cache.key_parts(command, resume, workdir, [results])
     plan = Plan(args=args, command=command, resume_command=resume, resume_option=resume_option, workdir=str(workdir),
                 results=str(results), timeout=float(conf.timeout), tolerance=float(conf.tolerance), nproc=conf.nproc,
-                seed=conf.seed, trials=trials, reference_key=cache.key(parts), created=timestamps.now())
+                seed=conf.seed, trials=trials, reference_key=cache.key(parts), created=timestamps.now(),
+                horizon=horizons.parse(conf.horizon, "horizon"))
     return plan, parts
 
 
@@ -139,6 +141,8 @@ def _line(item: Finished) -> str:
 @click.option("-j", "--jobs", type=int, default=None, help="Trials run in parallel (default 1).")
 @click.option("--trials", type=int, default=None, metavar="N", help="Run N trials of each scenario at seeded random fault points.")
 @click.option("--seed", type=int, default=None, help="Seed of the random fault points (default: a new one, printed).")
+@click.option("--horizon", "horizon_value", default=None, metavar="N|end",
+              help=f"Steps compared after each resume point (default {horizons.DEFAULT}); 'end' runs every run to the job's end.")
 @click.option("--resume", "resume_suite", is_flag=True, help="Continue the newest interrupted suite; finished trials are kept.")
 @click.option("-k", "keyword", default=None, metavar="EXPR",
               help='Only trials whose id or scenario matches EXPR, as pytest\'s -k: -k "enospc and not late".')
@@ -149,7 +153,7 @@ def _line(item: Finished) -> str:
 @click.option("--markdown", "markdown_path", type=click.Path(path_type=Path), default=None, help="Markdown summary path (default: in the suite's folder).")
 @click.option("--json", "as_json", is_flag=True, help="Print only one JSON document on stdout: the verdicts and where the reports are.")
 def command(args, config_path, scenario_names, params, resume_args, resume_cmd, nproc, timeout, tolerance, out, workdir,
-            jobs, trials, seed, resume_suite, keyword, fresh_reference, keep_sandbox, html_path, junit_path, markdown_path, as_json):
+            jobs, trials, seed, horizon_value, resume_suite, keyword, fresh_reference, keep_sandbox, html_path, junit_path, markdown_path, as_json):
     """Run every configured scenario against the job, then write HTML, JUnit and Markdown reports.
 
     \b
@@ -171,7 +175,7 @@ def command(args, config_path, scenario_names, params, resume_args, resume_cmd, 
         resume_args=invocation.split_tuple("--resume-args", resume_args),
         resume_command=invocation.split_tuple("--resume-cmd", resume_cmd),
         nproc=nproc, timeout=timeout, tolerance=tolerance, results=out, workdir=workdir, jobs=jobs, trials=trials,
-        seed=seed, scenarios=tuple(configs.ScenarioEntry(n) for n in scenario_names) or None,
+        seed=seed, scenarios=tuple(configs.ScenarioEntry(n) for n in scenario_names) or None, horizon=horizon_value,
     )
     if keyword is not None:
         keywords.matcher(keyword)  # a malformed expression is refused before anything runs
@@ -231,7 +235,7 @@ def _started(conf, from_cli: bool, params: Dict[str, Any], fresh: bool, keep_san
     folder = invocation.results_dir(Path(plan.results), "suite")
     click.echo(f"chaosckpt: suite of {len(plan.trials)} scenario(s) on {shlex.join(plan.command)} "
                f"(results in {folder})", err=True)
-    cached = prepare_reference(folder, plan, parts, fresh)
+    cached = prepare_reference(folder, plan, parts, fresh, random=bool(conf.trials))
     click.echo("chaosckpt: reference run " + ("reused from the cache" if cached else "done") +
                f" (key {plan.reference_key[:12]})", err=True)
     if conf.trials:

@@ -1,0 +1,57 @@
+"""Step 4: after a power loss, the checkpoint directories as a real disk would hold them, and the checkpoint it took."""
+
+from __future__ import annotations
+
+import os
+from typing import List
+
+from chaosckpt.conductor import crash
+from chaosckpt.conductor.result import Finding
+from chaosckpt.conductor.runlog import RunLog
+from chaosckpt.conductor.trial.arm import Armed
+from chaosckpt.conductor.trial.context import Context, rel
+
+
+def power_loss(ctx: Context, armed: Armed, faulted: RunLog) -> None:
+    """Rewrite the checkpoint directories into what the disk holds when the power comes back."""
+    disk, work = armed.disk, armed.work
+    for op in faulted.ops():
+        disk.apply(op)
+    model = ctx.scenario.trigger.model
+    entries = disk.after_crash(model)
+    for path in crash.unseen(disk):
+        entries.append(crash.Entry(path, path, os.path.getsize(path)))
+        ctx.trial.findings.append(Finding(
+            "not-interposed",
+            f"{rel(path, work)} was written by code chaosckpt cannot see (native writes, such as "
+            "safetensors'), so the power-loss model left it as the job wrote it: its durability is not judged",
+            {"path": rel(path, work)},
+        ))
+    crash.materialize(entries, armed.roots)
+    ctx.trial.fault["model"] = model
+    ctx.trial.fault["files"] = {rel(e.path, work): e.length for e in entries}
+
+
+def lost_checkpoint(ctx: Context, save, ops: List[dict], armed: Armed) -> Finding:
+    """The acknowledged checkpoint the power loss took, named with the fsync it lacked."""
+    disk, work = armed.disk, armed.work
+    path = save.path
+    for op in ops:
+        if op["op"] == "rename" and op["src"] == path and op["ts"] >= save.ts:
+            path = op["dst"]
+    model = ctx.scenario.trigger.model
+    name = rel(path, work) or "a file object"
+    files = sorted(p for p in disk.names if path and p.startswith(path + os.sep)) if save.path else []
+    why = None
+    for candidate in files or ([path] if path else []):
+        why = crash.missing_durability(disk, candidate, model, lambda p: rel(p, work))
+        if why is not None:
+            if candidate != path:
+                why = f"{rel(candidate, work)}: {why}"
+            break
+    return Finding(
+        "acknowledged-checkpoint-lost",
+        f"the checkpoint of step {save.step} ({name}) was acknowledged, its save had returned, but it did not "
+        f"survive the power loss under the {model} model: {why or 'it was not on disk'}",
+        {"path": name, "step": save.step, "model": model, "missing": why},
+    )

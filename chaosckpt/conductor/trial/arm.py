@@ -1,0 +1,45 @@
+"""Step 2: from the scenario and the reference run to the armed fault and the faulted run's sandbox."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Optional
+
+from chaosckpt.conductor import arming, crash, ranks
+from chaosckpt.conductor.runlog import RunLog
+from chaosckpt.conductor.trial.context import Context
+from chaosckpt.conductor.trial.options import Stop
+
+
+@dataclass
+class Armed:
+    """The fault spec, the sandbox it runs in, and the checkpoint directories it watches."""
+
+    fault: dict
+    work: Path
+    roots: List[str]
+    """Checkpoint directories of the sandbox, absolute."""
+    disk: Optional["crash.Disk"]
+    """The checkpoint directories as the journal starts them, when the scenario needs the journal."""
+    full_bytes: int
+    """Bytes the faulted save wrote in the reference run."""
+
+
+def arm(ctx: Context, reference: RunLog) -> Armed:
+    scen = ctx.scenario
+    journal = arming.needs_journal(scen, sweep=ctx.opts.sweep)
+    ckpt_dirs = arming.checkpoint_dirs(reference, ctx.opts.ckpt_dirs)
+    work = ctx.sandbox("faulted")
+    roots = [str((work / rel).resolve()) for rel in ckpt_dirs]
+    try:
+        track = roots if journal else None
+        if scen.fault == "rank-skew":
+            fault = ranks.arm(scen, reference, track)
+        else:
+            fault = arming.arm(scen, reference, track, sweep=ctx.opts.sweep)
+    except arming.NotArmable as exc:
+        raise Stop("fault-not-triggered", str(exc)) from None
+    full = arming.full_bytes(reference, scen.trigger.save)
+    disk = crash.Disk.scan(roots) if journal else None
+    return Armed(fault, work, roots, disk, full)

@@ -1,0 +1,75 @@
+"""What every step of a trial shares: the scenario, the options, the verdict being filled, and the runs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+from chaosckpt.conductor import launcher, sandbox
+from chaosckpt.conductor.launcher import RunResult, RunSpec
+from chaosckpt.conductor.result import RunRecord, Trial
+from chaosckpt.conductor.scenario import Scenario
+from chaosckpt.conductor.trial.options import Stop, TrialOptions
+
+
+@dataclass
+class Context:
+    scenario: Scenario
+    opts: TrialOptions
+    trial: Trial
+
+    @property
+    def sandbox_root(self) -> Path:
+        return self.opts.results_dir / "sandboxes"
+
+    def sandbox(self, name: str) -> Path:
+        """A fresh private copy of the working directory for one run."""
+        return sandbox.create(self.opts.workdir, self.sandbox_root / name,
+                              exclude=[self.opts.results_dir, *self.opts.exclude])
+
+    def launch(self, name: str, argv: List[str], cwd: Path, fault: Optional[dict] = None,
+               env: Optional[Dict[str, str]] = None, hold: Optional[Callable[[Path], bool]] = None,
+               stop_on_timeout: bool = True, stop: Optional[dict] = None) -> RunResult:
+        """Run one process tree of the trial, to its end or its horizon ``stop``, and record it; a timeout or
+        a survivor of the kill ends the trial."""
+        progress = self.opts.progress
+        watch = None if progress is None else lambda events, elapsed: progress(name, events, elapsed, stop)
+        spec = RunSpec(name, argv, cwd, self.opts.results_dir / name, self.opts.timeout_s, fault, env or {}, hold,
+                       stop, watch)
+        try:
+            result = launcher.launch(spec)
+        finally:
+            if progress is not None:
+                progress.done()
+        self.trial.runs.append(
+            RunRecord(
+                name=name,
+                command=argv,
+                returncode=result.returncode,
+                duration_s=round(result.duration_s, 3),
+                timed_out=result.timed_out,
+                fault_fired=result.fault_fired,
+                survivors=len(result.survivors),
+                stdout=str(result.stdout),
+                stderr=str(result.stderr),
+                events=str(result.events_dir),
+                stopped=result.stopped,
+                stop=stop,
+            )
+        )
+        if result.timed_out and stop_on_timeout:
+            raise Stop("timeout", f"the {name} run did not finish within {self.opts.timeout_s:g} s (see {result.stderr})")
+        if result.survivors:
+            raise Stop("survivors", f"after SIGKILL of the {name} run, pids {result.survivors} were still alive")
+        return result
+
+
+def rel(path: Optional[str], work: Path) -> Optional[str]:
+    """``path`` relative to the sandbox ``work``, as the user knows it; unchanged when outside it."""
+    if path is None:
+        return None
+    try:
+        return str(Path(path).relative_to(work.resolve()))
+    except ValueError:
+        return path

@@ -1,0 +1,114 @@
+"""Step 3: the faulted run, stopped at its fault, and where the fault caught the job."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Optional
+
+from chaosckpt.conductor import ranks, score
+from chaosckpt.conductor.launcher import RunResult
+from chaosckpt.conductor.result import Finding
+from chaosckpt.conductor.runlog import ProcessLog, RunLog
+from chaosckpt.conductor.trial.arm import Armed
+from chaosckpt.conductor.trial.context import Context, rel
+from chaosckpt.conductor.trial.options import Stop
+from chaosckpt.conductor.trial.plan import run_stop
+
+
+@dataclass
+class Faulted:
+    """The faulted run and the point of its fault."""
+
+    result: RunResult
+    log: RunLog
+    proc: ProcessLog
+    """The process the fault fired in."""
+    step: Optional[int]
+    """The global step that process had reached when the fault fired."""
+    completed: list
+    """The saves that process completed before the fault."""
+
+    @property
+    def last_good(self) -> Optional[int]:
+        return self.completed[-1].step if self.completed else None
+
+    @property
+    def carried_on(self) -> bool:
+        """The job caught the fault and went on: to its end, or to its horizon."""
+        return not self.result.fault_fired and (self.result.returncode == 0 or self.result.stopped)
+
+
+def faulted(ctx: Context, armed: Armed, reference: RunLog) -> Faulted:
+    """Run the job with the fault armed; record in the verdict where it fired and what it left on disk."""
+    fault = armed.fault
+    result = ctx.launch("faulted", ctx.opts.command, armed.work, fault, hold=ranks.hold(ctx.scenario, reference, fault),
+                        stop=run_stop(ctx))
+    log = RunLog.read(result.events_dir)
+    if not log.agent_loaded:
+        raise Stop("agent-not-loaded", f"no event came from the faulted run: {score.tail_line(result.stderr)}")
+    proc, step = score.fault_point(log)
+    if proc is None:
+        ended = "reached its horizon" if result.stopped else f"finished (status {result.returncode})"
+        raise Stop(
+            "fault-not-triggered",
+            f"the job {ended} without reaching the fault's point in save "
+            f"{fault['save']}; its saves differ from the uninterrupted run's",
+        )
+    event = proc.fault
+    run = Faulted(result, log, proc, step, proc.completed_saves(before=event["ts"]))
+    ctx.trial.last_good_step = run.last_good
+    ctx.trial.fault = {
+        "kind": event["fault"],
+        "save": event["save"],
+        "step": step,
+        **{k: event[k] for k in ("write", "bytes", "op", "free_bytes") if k in event},
+        "path": rel(event.get("path"), armed.work),
+        "files": files_after_fault(proc, armed.work),
+    }
+    return run
+
+
+def files_after_fault(proc: ProcessLog, work: Path) -> dict:
+    """Size on disk (or null: missing) of every file the job saved to, as the fault left them."""
+    files = {}
+    for save in proc.saves:
+        if save.path is not None:
+            files[rel(save.path, work)] = os.path.getsize(save.path) if os.path.exists(save.path) else None
+    return files
+
+
+def save_damage(ctx: Context, run: Faulted, armed: Armed) -> List[Finding]:
+    """What the interrupted save did to the files the resume tripped over: a torn file, an overwritten
+    last good checkpoint."""
+    proc, trial, work = run.proc, ctx.trial, armed.work
+    broken = [s for s in proc.saves if s.index == proc.fault["save"]]
+    mid_save = "write" in proc.fault
+    if not mid_save or not broken or broken[0].path is None or trial.outcome == "last-good":
+        return []
+    path = rel(broken[0].path, work)
+    if trial.error_path != path:
+        return []  # the resume did not trip over the file the interrupted save was writing
+    findings = []
+    left = trial.fault["files"].get(path)
+    if left is not None and left < armed.full_bytes and os.path.exists(broken[0].path):
+        findings.append(
+            Finding(
+                "torn-checkpoint",
+                f"the interrupted save {broken[0].index} left {path} with {left} of its {armed.full_bytes} bytes",
+                {"path": path, "bytes": left, "full_bytes": armed.full_bytes},
+            )
+        )
+    earlier = [s for s in run.completed if s.path == broken[0].path]
+    if earlier:
+        findings.append(
+            Finding(
+                "in-place-save",
+                f"save {broken[0].index} wrote straight over {path}, which held the checkpoint of step "
+                f"{earlier[-1].step}: the old checkpoint was gone as soon as the save began. Save to a temporary "
+                "name in the same directory, flush and fsync it, then os.replace() it over the old name",
+                {"path": path, "overwritten_step": earlier[-1].step},
+            )
+        )
+    return findings

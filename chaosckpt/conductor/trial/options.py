@@ -1,0 +1,48 @@
+"""What a trial is given (``TrialOptions``) and how a step ends it early (``Stop``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import List, Optional
+
+from chaosckpt.conductor import horizon
+from chaosckpt.conductor.progress import RunProgress
+from chaosckpt.conductor.result import Reason
+
+
+@dataclass
+class TrialOptions:
+    """How to run the job: the commands, where, and how results are judged."""
+
+    command: List[str]
+    resume_command: List[str]
+    workdir: Path
+    results_dir: Path
+    timeout_s: float = 3600.0
+    tolerance: float = 0.0
+    keep_sandbox: bool = False
+    reference: Optional[Path] = None
+    """A finished reference run (``cache.run_reference``'s folder) to reuse instead of running one."""
+    exclude: List[Path] = field(default_factory=list)
+    """More paths under ``workdir`` to leave out of the sandboxes, such as the whole results folder."""
+    sweep: bool = False
+    """Crash after every operation of the save in turn instead of once (see ``sweep``)."""
+    max_resumes: int = 3
+    """With ``sweep``: full resumes for at most this many distinct disk states."""
+    ckpt_dirs: List[str] = field(default_factory=list)
+    """Checkpoint directories (relative to ``workdir``) to watch besides those the reference run saved into."""
+    horizon: Optional[int] = horizon.DEFAULT
+    """Steps compared after the resume point: every run stops that far past the point it matters for; None
+    runs them all to the job's end."""
+    progress: Optional[RunProgress] = None
+    """Shows each run's progress on a terminal; None keeps quiet."""
+
+
+class Stop(Exception):
+    """Ends a trial early with an inconclusive verdict."""
+
+    def __init__(self, reason: Reason, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail

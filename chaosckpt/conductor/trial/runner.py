@@ -1,0 +1,72 @@
+"""The trial's pipeline: reference, arm, faulted run, then one of three endings (sweep, survivor, or
+aftermath, resume and score), the headline last; the sandboxes go whatever happens."""
+
+from __future__ import annotations
+
+from chaosckpt.conductor import render, sandbox, score
+from chaosckpt.conductor.result import Trial
+from chaosckpt.conductor.scenario import Scenario
+from chaosckpt.conductor.trial.aftermath import power_loss
+from chaosckpt.conductor.trial.arm import arm
+from chaosckpt.conductor.trial.context import Context
+from chaosckpt.conductor.trial.crashpoints import sweep_save
+from chaosckpt.conductor.trial.faulted import faulted
+from chaosckpt.conductor.trial.options import Stop, TrialOptions
+from chaosckpt.conductor.trial.plan import place
+from chaosckpt.conductor.trial.reference import reference
+from chaosckpt.conductor.trial.resume import resume
+from chaosckpt.conductor.trial.scoring import score_trial
+from chaosckpt.conductor.trial.survivor import judge_survivor
+
+
+class TrialRunner:
+    """Runs the steps of a trial and fills its verdict."""
+
+    def __init__(self, scenario: Scenario, options: TrialOptions) -> None:
+        self.scenario = scenario
+        self.opts = options
+        self.trial = Trial(
+            scenario=scenario.name,
+            status="inconclusive",
+            headline="",
+            params=scenario.params(),
+            tolerance=options.tolerance,
+            horizon=options.horizon,
+            results_dir=str(options.results_dir),
+        )
+        self.ctx = Context(scenario, options, self.trial)
+
+    def run(self) -> Trial:
+        try:
+            self._run()
+        except Stop as stop:
+            self.trial.status = "inconclusive"
+            self.trial.reason = stop.reason
+            self.trial.detail = stop.detail
+        finally:
+            if not self.opts.keep_sandbox:
+                sandbox.remove(self.ctx.sandbox_root)
+        self.trial.headline = render.headline(self.trial)
+        return self.trial
+
+    def _run(self) -> None:
+        ctx = self.ctx
+        ref_log = reference(ctx)
+        ref = ref_log.trainer()
+        self.trial.findings.extend(score.content_findings(ref))
+        place(ctx, ref_log)
+        armed = arm(ctx, ref_log)
+        run = faulted(ctx, armed, ref_log)
+        if self.opts.sweep:
+            sweep_save(ctx, ref, armed, run)
+            return
+        if ctx.scenario.fault == "power-loss":
+            power_loss(ctx, armed, run.log)
+        if run.carried_on:
+            judge_survivor(ctx, ref, run.log.trainer() or run.proc, armed)
+            return
+        score_trial(ctx, ref_log, armed, run, resume(ctx, armed, ref_log))
+
+
+def run_trial(scenario: Scenario, options: TrialOptions) -> Trial:
+    return TrialRunner(scenario, options).run()
