@@ -130,6 +130,7 @@ def run_reference(command: List[str], workdir: Path, dest: Path, timeout_s: floa
     """Run the job once without a fault into ``dest`` (``events/``, logs, ``run.json``) from a private sandbox."""
     dest.mkdir(parents=True, exist_ok=True)
     box = dest.parent / f".sandbox-{dest.name}"
+    sandbox.remove(box)  # what a killed reference run left
     try:
         sandbox.create(workdir, box, exclude=[*exclude, dest])
         result = launcher.launch(RunSpec("reference", list(command), box, dest, timeout_s))

@@ -14,7 +14,7 @@ from typing import List, Optional
 import click
 
 from chaosckpt import __version__
-from chaosckpt.conductor import atomic
+from chaosckpt.conductor import atomic, signals
 from chaosckpt.conductor.errors import EXIT_CODES, ExitCode, UsageError
 
 @click.group(epilog=EXIT_CODES, context_settings={"help_option_names": ["-h", "--help"]})
@@ -24,9 +24,9 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from chaosckpt.conductor.commands import audit, history, report, run, scenarios, suite
+    from chaosckpt.conductor.commands import audit, clean, history, report, run, scenarios, suite
 
-    for module in (run, scenarios, suite, report, history, audit):
+    for module in (run, scenarios, suite, report, history, audit, clean):
         cli.add_command(module.command)
 
 
@@ -47,6 +47,7 @@ def _crash_report(exc: BaseException) -> Path:
 
 def main(argv: Optional[List[str]] = None) -> None:
     """Entry point: usage errors in one line, internal errors as a crash report, never a bare traceback."""
+    signals.install()
     try:
         cli.main(args=argv, prog_name="chaosckpt", standalone_mode=False)
     except UsageError as exc:
@@ -59,12 +60,10 @@ def main(argv: Optional[List[str]] = None) -> None:
         hint = f" (see chaosckpt {exc.ctx.info_name} --help)" if getattr(exc, "ctx", None) and exc.ctx.info_name != "chaosckpt" else " (see chaosckpt --help)"
         click.echo(f"chaosckpt: error: {exc.format_message()}{hint}", err=True)
         sys.exit(int(ExitCode.USAGE))
-    except click.exceptions.Abort:
-        click.echo("Interrupted", err=True)
-        sys.exit(int(ExitCode.INTERRUPTED))
-    except KeyboardInterrupt:
-        click.echo("Interrupted", err=True)
-        sys.exit(int(ExitCode.INTERRUPTED))
+    except (click.exceptions.Abort, KeyboardInterrupt) as exc:
+        cause = exc.__cause__ if isinstance(exc.__cause__, KeyboardInterrupt) else exc
+        click.echo(signals.describe(cause), err=True)
+        sys.exit(signals.exit_status(cause))
     except SystemExit:
         raise
     except Exception as exc:

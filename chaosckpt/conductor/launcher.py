@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -27,6 +28,7 @@ HOLD_S = 30.0
 HOLD_POLL_S = 0.05
 BOOT_DIR = Path(__file__).resolve().parent.parent / "agent" / "boot"
 PR_SET_CHILD_SUBREAPER = 36
+PR_SET_PDEATHSIG = 1
 
 
 @dataclass
@@ -75,12 +77,29 @@ def _become_subreaper() -> None:
             pass
 
 
+def die_with_parent(signum: int) -> Callable[[], None]:
+    """A ``preexec_fn`` that has the child sent ``signum`` when this process dies, even by SIGKILL."""
+    parent = os.getpid()
+
+    def arm() -> None:
+        if sys.platform.startswith("linux"):
+            try:
+                ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0)
+            except (OSError, AttributeError):
+                pass
+        if os.getppid() != parent:  # the parent died before the signal was armed
+            os._exit(128 + signum)
+
+    return arm
+
+
 def job_env(spec: RunSpec, events_dir: Path, mark: str) -> Dict[str, str]:
     env = dict(os.environ)
     env.update(spec.env)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(BOOT_DIR), env.get("PYTHONPATH", "")) if p)
     env[protocol.ENV_RUN_DIR] = str(events_dir)
     env[protocol.ENV_MARK] = mark
+    env[protocol.ENV_CONDUCTOR] = str(os.getpid())
     env.pop(protocol.ENV_FAULT, None)
     if spec.fault is not None:
         env[protocol.ENV_FAULT] = json.dumps(spec.fault)
@@ -173,7 +192,8 @@ def launch(spec: RunSpec) -> RunResult:
     started = time.monotonic()
     with open(spec.log_dir / "stdout.log", "wb") as out, open(spec.log_dir / "stderr.log", "wb") as err:
         proc = subprocess.Popen(
-            spec.argv, cwd=spec.cwd, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True
+            spec.argv, cwd=spec.cwd, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True,
+            preexec_fn=die_with_parent(signal.SIGKILL),
         )
     root = psutil.Process(proc.pid)
     timed_out = fault_fired = False

@@ -15,7 +15,6 @@ trial is done when its ``result.json`` exists; ``--resume`` runs the others.
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import json
 import os
@@ -32,7 +31,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 from chaosckpt import __version__
-from chaosckpt.conductor import atomic, cache, scenario as scenarios
+from chaosckpt.conductor import atomic, cache, launcher, leftovers, scenario as scenarios, signals
 from chaosckpt.conductor.errors import ExitCode, exit_code
 from chaosckpt.conductor.result import document
 from chaosckpt.conductor.runlog import RunLog
@@ -41,7 +40,6 @@ FORMAT = 1
 POLL_S = 0.05
 STOP_WAIT_S = 30.0
 """How long an interrupted worker gets to kill its job tree before it is killed itself."""
-PR_SET_PDEATHSIG = 1
 
 
 @dataclass
@@ -72,6 +70,8 @@ class Plan:
     trials: List[PlannedTrial]
     reference_key: str
     created: str
+    draw: int = 0
+    """Trials per scenario still to be drawn at random points once the reference is in (``--trials``)."""
     state: str = "running"
     """``running`` (or interrupted: the process is gone), ``finished``."""
     format: int = FORMAT
@@ -248,7 +248,9 @@ class Suite:
         with open(spec.parent / "worker.log", "wb") as log:
             return subprocess.Popen(
                 [sys.executable, "-m", "chaosckpt.conductor.suite", str(spec)],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent,
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                preexec_fn=launcher.die_with_parent(signal.SIGINT),  # a killed suite leaves no job behind
+                pass_fds=leftovers.held_fds(self.folder),  # the suite stays locked until its last worker is gone
             )
 
 
@@ -260,15 +262,6 @@ def prepare_reference(folder: Path, plan: Plan, parts: Dict[str, object], fresh:
         return True
     return cache.reference_into(dest, plan.reference_key, parts, plan.command, Path(plan.workdir), plan.timeout,
                                 [Path(plan.results)], fresh)
-
-
-def _die_with_parent() -> None:
-    """In a worker, before exec: get SIGINT when the suite dies, so a killed suite leaves no job behind."""
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGINT, 0, 0, 0)
-        except (OSError, AttributeError):
-            pass
 
 
 def _stop(procs: List[subprocess.Popen]) -> None:
@@ -309,6 +302,7 @@ def _interrupt_once(signum: int, frame: Any) -> None:
 
 
 def main(argv: List[str]) -> int:
+    signals.install()
     signal.signal(signal.SIGINT, _interrupt_once)
     try:
         return worker(Path(argv[0]))

@@ -14,7 +14,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import click
 
-from chaosckpt.conductor import atomic, cache, config as configs, history, invocation, scenario as scenarios
+from chaosckpt.conductor import atomic, cache, config as configs, history, invocation, leftovers, locks
+from chaosckpt.conductor import scenario as scenarios
 from chaosckpt.conductor.commands import report as report_command
 from chaosckpt.conductor.errors import EXIT_CODES, ExitCode, UsageError, exit_code
 from chaosckpt.conductor.reports import stored
@@ -173,12 +174,16 @@ def command(args, config_path, scenario_names, params, resume_args, resume_cmd, 
     if resume_cmd is not None and resume_args is None:
         conf = dataclasses.replace(conf, resume_args=None)
     if resume_suite:
-        suite = _resumed(conf, keep_sandbox)
+        suite, parts = _resumed(conf, keep_sandbox)
     else:
-        suite = _started(conf, bool(args), dict(scenarios.parse_param(p) for p in params), fresh_reference, keep_sandbox)
+        suite, parts = _started(conf, bool(args), dict(scenarios.parse_param(p) for p in params), keep_sandbox)
     plan = suite.plan
-    done = len(plan.trials) - len(suite.pending())
     try:
+        _reference(suite, parts, fresh_reference and not resume_suite)
+        done = len(plan.trials) - len(suite.pending())
+        if resume_suite:
+            click.echo(f"chaosckpt: resuming suite {suite.folder}: {done} of {len(plan.trials)} trials already done",
+                       err=True)
         with Progress(len(plan.trials), done) as progress:
             finished = suite.run(progress.finished)
     except KeyboardInterrupt:
@@ -205,37 +210,50 @@ def _split(option: str, value: Optional[str]) -> Optional[tuple]:
     return tuple(split) if split is not None else None
 
 
-def _started(conf, from_cli: bool, params: Dict[str, Any], fresh: bool, keep_sandbox: bool) -> Suite:
+def _started(conf, from_cli: bool, params: Dict[str, Any], keep_sandbox: bool) -> Tuple[Suite, Dict[str, object]]:
     plan, parts = _new_plan(conf, from_cli, params)
     folder = invocation.results_dir(Path(plan.results), "suite")
     click.echo(f"chaosckpt: suite of {len(plan.trials)} scenario(s) on {shlex.join(plan.command)} "
                f"(results in {folder})", err=True)
-    cached = prepare_reference(folder, plan, parts, fresh)
+    if conf.trials:
+        plan.draw = conf.trials
+        plan.seed = conf.seed if conf.seed is not None else random.randrange(2**31)
+    suite = Suite(folder, plan, jobs=conf.jobs, keep_sandbox=keep_sandbox)
+    suite.save_plan()  # before the reference run, so a suite killed during it can be resumed
+    return suite, parts
+
+
+def _reference(suite: Suite, parts: Dict[str, object], fresh: bool) -> None:
+    """The suite's reference run, then the random fault points drawn from it (once)."""
+    plan = suite.plan
+    cached = prepare_reference(suite.folder, plan, parts, fresh)
     click.echo("chaosckpt: reference run " + ("reused from the cache" if cached else "done") +
                f" (key {plan.reference_key[:12]})", err=True)
-    if conf.trials:
-        seed = conf.seed if conf.seed is not None else random.randrange(2**31)
-        saves = completed_saves(folder / "reference")
-        drawn = [t for base in plan.trials for t in random_points(base, conf.trials, seed, saves, trigger_keys(base.scenario))]
-        plan.trials, plan.seed = drawn, seed
-        click.echo(f"chaosckpt: {len(drawn)} trial(s) at random fault points, --seed {seed}", err=True)
-    suite = Suite(folder, plan, jobs=conf.jobs, keep_sandbox=keep_sandbox)
-    suite.save_plan()
-    return suite
+    if plan.draw:
+        saves = completed_saves(suite.folder / "reference")
+        plan.trials = [t for base in plan.trials
+                       for t in random_points(base, plan.draw, plan.seed, saves, trigger_keys(base.scenario))]
+        plan.draw = 0
+        click.echo(f"chaosckpt: {len(plan.trials)} trial(s) at random fault points, --seed {plan.seed}", err=True)
+        suite.save_plan()
 
 
-def _resumed(conf, keep_sandbox: bool) -> Suite:
-    folder = _interrupted(conf.results.resolve())
+def _resumed(conf, keep_sandbox: bool) -> Tuple[Suite, Dict[str, object]]:
+    results = conf.results.resolve()
+    leftovers.report(results)
+    folder = _interrupted(results)
+    try:
+        leftovers.claim(folder)
+    except locks.Busy as exc:
+        raise UsageError(f"suite {folder} is being run by another chaosckpt (pid {exc.pid or 'unknown'}); wait for "
+                         "it to finish, or stop it and run chaosckpt suite --resume again") from None
     suite = Suite.open(folder, jobs=conf.jobs, keep_sandbox=keep_sandbox)
     plan = suite.plan
     parts = cache.key_parts(plan.command, plan.resume_command, Path(plan.workdir), [Path(plan.results)])
     if cache.key(parts) != plan.reference_key:
         raise UsageError(f"the job, its files or its environment changed since suite {folder.name} started, so its "
                          "finished trials no longer describe it; run chaosckpt suite without --resume")
-    prepare_reference(folder, plan, parts, fresh=False)
-    click.echo(f"chaosckpt: resuming suite {folder}: {len(plan.trials) - len(suite.pending())} of "
-               f"{len(plan.trials)} trials already done", err=True)
-    return suite
+    return suite, parts
 
 
 def _summary(results: stored.Results, finished: List[Finished], elapsed: float, reports: List[Path]) -> None:

@@ -1,0 +1,121 @@
+"""chaosckpt under the faults it injects: its own signals and death (issue 16 item 1, issue 9 item 5)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import List
+
+import pytest
+
+from conftest import REPO, processes_of, run_chaosckpt
+
+pytestmark = pytest.mark.e2e
+
+
+def start(args: List[str], cwd: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "chaosckpt", *args], cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def wait_for(check, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+def sandboxes(results: Path) -> List[Path]:
+    return [p for p in results.rglob("*") if p.is_dir() and (p.name == "sandboxes" or p.name.startswith(".sandbox-"))]
+
+
+def robust(tmp_path: Path, config: str = "") -> Path:
+    project = tmp_path / "project"
+    project.mkdir()
+    shutil.copy(REPO / "tests" / "jobs" / "train_job.py", project / "train.py")
+    if config:
+        (project / "chaosckpt.toml").write_text(config)
+    return project
+
+
+@pytest.mark.parametrize("signum, status", [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_sigterm_and_sighup_of_run_kill_the_job_remove_the_sandboxes_and_exit_as_shells_expect(tmp_path, signum, status):
+    project = robust(tmp_path)
+    results = project / "chaosckpt-results"
+    proc = start(["run", "train.py", "-s", "kill9-mid-save", "--", "--epochs", "2", "--sleep", "60"], project)
+    wait_for(lambda: processes_of(results))
+
+    os.kill(proc.pid, signum)  # the conductor alone, as a scheduler's cancel sends it
+    out, err = proc.communicate(timeout=60)
+
+    assert proc.returncode == status, err
+    assert f"Terminated by {signal.Signals(signum).name}" in err and "Traceback" not in err
+    assert processes_of(results) == []
+    assert sandboxes(results) == []
+
+
+def test_sigkill_of_run_leaves_no_job_alive_even_behind_a_shell_and_the_next_run_cleans_its_sandbox(tmp_path):
+    project = robust(tmp_path)
+    results = project / "chaosckpt-results"
+    job = f"{shlex.quote(sys.executable)} train.py --epochs 2 --sleep 60; true"  # bash forks python, then waits
+    proc = start(["run", "-s", "kill9-mid-save", "--", "bash", "-c", job], project)
+    wait_for(lambda: len(processes_of(results)) >= 2)
+
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=30)
+
+    wait_for(lambda: processes_of(results) == [], timeout=10)  # bash by its parent-death signal, python by its agent
+    assert len(sandboxes(results)) == 1
+    cleaned = run_chaosckpt(["clean"], cwd=project)
+    assert cleaned.returncode == 0, cleaned.stderr
+    assert "was left by a chaosckpt that was killed: removed 1 sandbox(es)" in cleaned.stderr
+    assert sandboxes(results) == []
+    again = run_chaosckpt(["clean"], cwd=project)
+    assert "nothing to clean" in again.stderr
+
+
+
+
+
+
+def test_a_suite_killed_during_its_reference_leaves_no_job_and_resumes(tmp_path):
+    project = robust(tmp_path, 'command = "train.py --epochs 2"\nscenarios = ["kill9-mid-save"]\n')
+    results = project / "chaosckpt-results"
+    proc = start(["suite"], project)
+    wait_for(lambda: processes_of(results))
+
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=30)
+    wait_for(lambda: processes_of(results) == [], timeout=10)
+
+    resumed = run_chaosckpt(["suite", "--resume"], cwd=project)
+
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "was left by a chaosckpt that was killed" in resumed.stderr
+    assert "0 of 1 trials already done" in resumed.stderr
+    folders = sorted(results.glob("*-suite*"))
+    assert len(folders) == 1
+    assert json.loads((folders[0] / "suite.json").read_text())["state"] == "finished"
+    assert sandboxes(results) == []
+
+
+def test_sighup_of_a_suite_stops_its_workers_and_prints_the_resume_line(tmp_path):
+    project = robust(tmp_path, 'command = "train.py --epochs 2 --sleep 60"\nscenarios = ["kill9-mid-save"]\n')
+    results = project / "chaosckpt-results"
+    proc = start(["suite"], project)
+    wait_for(lambda: processes_of(results))
+
+    os.kill(proc.pid, signal.SIGHUP)
+    out, err = proc.communicate(timeout=60)
+
+    assert proc.returncode == 129, err
+    assert "continue it with: chaosckpt suite --resume" in err and "Terminated by SIGHUP" in err
+    assert processes_of(results) == []
+    assert sandboxes(results) == []
