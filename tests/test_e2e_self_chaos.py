@@ -94,10 +94,12 @@ def test_a_suite_killed_during_its_reference_leaves_no_job_and_resumes(tmp_path)
     os.kill(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=30)
     wait_for(lambda: processes_of(results) == [], timeout=10)
+    (project / ".chaosckpt" / "history.sqlite").write_bytes(b"garbage " * 512)
 
     resumed = run_chaosckpt(["suite", "--resume"], cwd=project)
 
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "PASSED" in resumed.stdout and "history.sqlite was damaged" in resumed.stderr
     assert "was left by a chaosckpt that was killed" in resumed.stderr
     assert "0 of 1 trials already done" in resumed.stderr
     folders = sorted(results.glob("*-suite*"))
@@ -119,3 +121,24 @@ def test_sighup_of_a_suite_stops_its_workers_and_prints_the_resume_line(tmp_path
     assert "continue it with: chaosckpt suite --resume" in err and "Terminated by SIGHUP" in err
     assert processes_of(results) == []
     assert sandboxes(results) == []
+
+
+def test_a_second_resume_of_a_suite_being_resumed_is_refused_in_one_line(tmp_path):
+    project = robust(tmp_path, 'command = "train.py --epochs 2 --sleep 60"\nscenarios = ["kill9-mid-save"]\n')
+    results = project / "chaosckpt-results"
+    first = start(["suite"], project)
+    wait_for(lambda: processes_of(results))
+    os.kill(first.pid, signal.SIGKILL)
+    first.communicate(timeout=30)
+    resuming = start(["suite", "--resume"], project)
+    wait_for(lambda: processes_of(results))
+
+    second = run_chaosckpt(["suite", "--resume"], cwd=project)
+
+    assert second.returncode == 2, second.stderr
+    assert second.stderr.count("\n") == 1 and "is being run by another chaosckpt (pid" in second.stderr
+    assert processes_of(results)  # the first resume's job was left alone
+    os.kill(resuming.pid, signal.SIGTERM)
+    _, err = resuming.communicate(timeout=60)
+    assert resuming.returncode == 143, err
+    assert processes_of(results) == []

@@ -24,12 +24,14 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional
 
 from chaosckpt import __version__
-from chaosckpt.conductor import atomic, launcher, sandbox
+from chaosckpt.conductor import atomic, launcher, locks, sandbox
 from chaosckpt.conductor.launcher import RunSpec
 from chaosckpt.conductor.result import RunRecord
 
 FOLDER = ".chaosckpt"
 RUN_FILE = "run.json"
+MANIFEST = "manifest.json"
+"""Size and digest of every file of a finished reference run, written last: an entry without it is unfinished."""
 LARGE_FILE = 16 * 1024 * 1024
 """Files above this size enter the key by size and modification time instead of contents (datasets)."""
 ENV_PREFIXES = ("PYTHON", "TORCH", "PYTORCH_", "CUDA", "CUBLAS", "CUDNN", "NCCL_", "OMP_", "MKL_", "OPENBLAS_", "LD_", "CHAOSCKPT_")
@@ -86,8 +88,7 @@ def _tree_digest(workdir: Path, exclude: Iterable[Path]) -> str:
             if st.st_size > LARGE_FILE:
                 h.update(f"large:{st.st_size}:{st.st_mtime_ns}".encode())
                 continue
-            with open(path, "rb") as f:
-                h.update(hashlib.file_digest(f, "sha256").digest() if hasattr(hashlib, "file_digest") else hashlib.sha256(f.read()).digest())
+            h.update(bytes.fromhex(_file_digest(path)))
     return h.hexdigest()
 
 
@@ -126,6 +127,43 @@ def key(parts: Dict[str, object]) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
 
 
+def _file_digest(path: Path) -> str:
+    """sha256 of a file, read in chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _files(folder: Path) -> List[Path]:
+    return sorted(p for p in folder.rglob("*") if p.is_file() and not p.is_symlink() and p.name != MANIFEST)
+
+
+def write_manifest(folder: Path) -> None:
+    files = {str(p.relative_to(folder)): [p.stat().st_size, _file_digest(p)] for p in _files(folder)}
+    atomic.write_text(folder / MANIFEST, json.dumps(files, indent=1, sort_keys=True) + "\n")
+
+
+def damage(folder: Path) -> Optional[str]:
+    """What is wrong with a stored reference run (a file missing, cut short or changed), or None if it is whole."""
+    try:
+        files = json.loads((folder / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return f"its {MANIFEST} is missing or unreadable"
+    for rel, (size, digest) in sorted(files.items()):
+        path = folder / rel
+        try:
+            actual = path.stat().st_size
+        except OSError:
+            return f"{rel} is missing"
+        if actual != size:
+            return f"{rel} holds {actual} bytes, {size} were stored"
+        if _file_digest(path) != digest:
+            return f"{rel} changed since it was stored"
+    return None
+
+
 def run_reference(command: List[str], workdir: Path, dest: Path, timeout_s: float, exclude: Iterable[Path]) -> RunRecord:
     """Run the job once without a fault into ``dest`` (``events/``, logs, ``run.json``) from a private sandbox."""
     dest.mkdir(parents=True, exist_ok=True)
@@ -149,6 +187,7 @@ def run_reference(command: List[str], workdir: Path, dest: Path, timeout_s: floa
         events="events",
     )
     atomic.write_text(dest / RUN_FILE, json.dumps(asdict(record), indent=2) + "\n")
+    write_manifest(dest)
     return record
 
 
@@ -170,9 +209,29 @@ class ReferenceCache:
     def of_project(cls, workdir: Path) -> "ReferenceCache":
         return cls(project_folder(workdir) / "references")
 
+    def lock(self, key: str) -> int:
+        """Own the entry ``key`` (held while its reference runs), waiting for another chaosckpt that owns it."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        path = self.folder / f".{key}.lock"
+        try:
+            return locks.acquire(path)
+        except locks.Busy as busy:
+            print(f"chaosckpt: waiting for another chaosckpt (pid {busy.pid or 'unknown'}) that is running the same "
+                  "reference, to reuse it", file=sys.stderr)
+            return locks.acquire(path, wait=True)
+
     def lookup(self, key: str) -> Optional[Path]:
+        """The whole entry under ``key``; a damaged one is discarded, with a note, so the reference runs again."""
         entry = self.folder / key
-        return entry if (entry / RUN_FILE).is_file() else None
+        if not entry.is_dir():
+            return None
+        why = damage(entry)
+        if why is None:
+            return entry
+        print(f"chaosckpt: the cached reference run {key[:12]} is damaged ({why}); discarded it, running the "
+              "reference again", file=sys.stderr)
+        self.discard(key)
+        return None
 
     def store(self, key: str, run_dir: Path, parts: Dict[str, object]) -> None:
         """Keep ``run_dir`` (a reference run that exited 0) under ``key``; a concurrent writer's entry wins."""
@@ -195,14 +254,18 @@ def reference_into(dest: Path, key_: str, parts: Dict[str, object], command: Lis
     """Fill ``dest`` with the reference run: from the project's cache, else run it (and cache it when it
     exited 0). ``fresh`` runs it even when cached, replacing the entry. True when it came from the cache."""
     store = ReferenceCache.of_project(workdir)
-    entry = None if fresh else store.lookup(key_)
-    if entry is not None:
-        restore(entry, dest)
-        return True
-    shutil.rmtree(dest, ignore_errors=True)
-    record = run_reference(command, workdir, dest, timeout_s, exclude)
-    if record.returncode == 0 and not record.timed_out and not record.survivors:
-        if fresh:
-            store.discard(key_)
-        store.store(key_, dest, parts)
-    return False
+    lock = store.lock(key_)
+    try:
+        entry = None if fresh else store.lookup(key_)
+        if entry is not None:
+            restore(entry, dest)
+            return True
+        shutil.rmtree(dest, ignore_errors=True)
+        record = run_reference(command, workdir, dest, timeout_s, exclude)
+        if record.returncode == 0 and not record.timed_out and not record.survivors:
+            if fresh:
+                store.discard(key_)
+            store.store(key_, dest, parts)
+        return False
+    finally:
+        locks.release(lock)

@@ -258,8 +258,12 @@ def prepare_reference(folder: Path, plan: Plan, parts: Dict[str, object], fresh:
     """Put the suite's reference run into ``folder/reference`` (see ``cache.reference_into``); a resumed
     suite keeps the one it started with. True when it came from a cache."""
     dest = folder / "reference"
-    if (dest / cache.RUN_FILE).is_file():
-        return True
+    if dest.is_dir():
+        why = cache.damage(dest)
+        if why is None:
+            return True
+        print(f"chaosckpt: the suite's reference run is damaged or unfinished ({why}); fetching it again",
+              file=sys.stderr)
     return cache.reference_into(dest, plan.reference_key, parts, plan.command, Path(plan.workdir), plan.timeout,
                                 [Path(plan.results)], fresh)
 

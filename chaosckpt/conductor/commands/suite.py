@@ -7,10 +7,11 @@ import json
 import os
 import random
 import shlex
+import sqlite3
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import click
 
@@ -198,11 +199,20 @@ def command(args, config_path, scenario_names, params, resume_args, resume_cmd, 
     atomic.write_text(suite.folder / "result.json", json.dumps(document(ran), indent=2) + "\n")
     reports = [html_path or suite.folder / "report.html", junit_path or suite.folder / "junit.xml",
                markdown_path or suite.folder / "summary.md"]
-    report_command.write_reports(results, *reports)
-    history.record(Path(plan.workdir), plan.created, suite.folder, shlex.join(plan.command), plan.chaosckpt, results.trials)
+    _keep_going("the reports", lambda: report_command.write_reports(results, *reports))
+    _keep_going("the history", lambda: history.record(Path(plan.workdir), plan.created, suite.folder,
+                                                      shlex.join(plan.command), plan.chaosckpt, results.trials))
     _summary(results, finished, time.monotonic() - started, reports)
     crashed = [f for f in finished if f.trial is None]
     sys.exit(int(ExitCode.INTERNAL if crashed else exit_code(t.status for t in ran)))
+
+
+def _keep_going(what: str, write: Callable[[], None]) -> None:
+    """Write ``what``; trouble with it is a warning, so the verdicts and the exit code still come out."""
+    try:
+        write()
+    except (OSError, sqlite3.Error) as exc:
+        click.echo(f"chaosckpt: warning: could not write {what}: {exc}", err=True)
 
 
 def _split(option: str, value: Optional[str]) -> Optional[tuple]:
