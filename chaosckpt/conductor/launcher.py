@@ -22,6 +22,7 @@ from typing import Callable, Dict, List, Optional
 import psutil
 
 from chaosckpt import protocol
+from chaosckpt.conductor import logcap
 
 POLL_S = 0.01
 HOLD_S = 30.0
@@ -190,11 +191,16 @@ def launch(spec: RunSpec) -> RunResult:
     mark = uuid.uuid4().hex
     env = job_env(spec, events_dir, mark)
     started = time.monotonic()
-    with open(spec.log_dir / "stdout.log", "wb") as out, open(spec.log_dir / "stderr.log", "wb") as err:
+    out, out_log = logcap.pipe_into(spec.log_dir / "stdout.log")
+    err, err_log = logcap.pipe_into(spec.log_dir / "stderr.log")
+    try:
         proc = subprocess.Popen(
             spec.argv, cwd=spec.cwd, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True,
             preexec_fn=die_with_parent(signal.SIGKILL),
         )
+    finally:
+        os.close(out)
+        os.close(err)
     root = psutil.Process(proc.pid)
     timed_out = fault_fired = False
     survivors: List[int] = []
@@ -211,6 +217,8 @@ def launch(spec: RunSpec) -> RunResult:
     finally:
         survivors = kill_tree(root, mark)
         proc.wait()
+        out_log.close()
+        err_log.close()
     if not fault_fired and protocol.fault_flags(events_dir):
         fault_fired = True
     return RunResult(spec, proc.returncode, time.monotonic() - started, timed_out, fault_fired, survivors)

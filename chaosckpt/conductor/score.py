@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+from chaosckpt.conductor import logcap
 from chaosckpt.conductor.result import Finding, Outcome
 from chaosckpt.conductor.runlog import ProcessLog, RunLog
 
@@ -212,11 +213,7 @@ def baseline_divergence(faulted: ProcessLog, reference: ProcessLog, tolerance: f
 
 def tail_line(path: Path, limit: int = 300) -> str:
     """The last non-empty line of a log, for an error excerpt."""
-    try:
-        lines = [l for l in path.read_text(errors="replace").splitlines() if l.strip()]
-    except OSError:
-        return ""
-    return lines[-1].strip()[:limit] if lines else ""
+    return logcap.last_line(path, limit)
 
 
 def fault_point(faulted: RunLog) -> Tuple[Optional[ProcessLog], Optional[int]]:
