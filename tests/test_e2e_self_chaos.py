@@ -142,3 +142,15 @@ def test_a_second_resume_of_a_suite_being_resumed_is_refused_in_one_line(tmp_pat
     _, err = resuming.communicate(timeout=60)
     assert resuming.returncode == 143, err
     assert processes_of(results) == []
+
+
+def test_a_job_whose_loss_is_nan_from_the_start_is_judged_from_its_own_step_events(tmp_path):
+    project = robust(tmp_path)
+    res = run_chaosckpt(["run", "train.py", "-s", "kill9-mid-save", "-p", "save=3", "--json", "--", "--epochs", "4",
+                         "--nan"], cwd=project)
+
+    trial = res.doc["trials"][0]
+    assert res.returncode == 0, res.stderr
+    assert (trial["outcome"], trial["recovered_step"], trial["last_good_step"]) == ("last-good", 16, 16)
+    assert [f["kind"] for f in trial["findings"]] == ["non-finite-loss"]
+    assert "loss was nan from step 1" in trial["findings"][0]["message"]

@@ -138,6 +138,7 @@ class TrialRunner:
         reference_log = self._reference()
         ref = reference_log.trainer()
         self.trial.findings.extend(score.content_findings(ref))
+        self.trial.findings.extend(score.loss_findings(ref))  # issue 16 item 7
         scen = self.scenario
         journal = arming.needs_journal(scen, sweep=self.opts.sweep)
         ckpt_dirs = arming.checkpoint_dirs(reference_log, self.opts.ckpt_dirs)
