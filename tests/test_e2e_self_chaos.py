@@ -154,3 +154,19 @@ def test_a_job_whose_loss_is_nan_from_the_start_is_judged_from_its_own_step_even
     assert (trial["outcome"], trial["recovered_step"], trial["last_good_step"]) == ("last-good", 16, 16)
     assert [f["kind"] for f in trial["findings"]] == ["non-finite-loss"]
     assert "loss was nan from step 1" in trial["findings"][0]["message"]
+
+
+def test_a_cached_reference_with_its_events_cut_short_is_run_again_not_trusted(tmp_path):
+    project = robust(tmp_path, 'command = "train.py --epochs 2"\nscenarios = ["kill9-mid-save"]\n')
+    first = run_chaosckpt(["suite"], cwd=project)
+    assert first.returncode == 0, first.stdout + first.stderr
+    events = sorted((project / ".chaosckpt" / "references").glob("*/events/*.jsonl"), key=lambda p: -p.stat().st_size)
+    events[0].write_bytes(events[0].read_bytes()[: events[0].stat().st_size // 2])
+
+    second = run_chaosckpt(["suite"], cwd=project)
+
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "is damaged (events/" in second.stderr and "running the reference again" in second.stderr
+    assert "reference run done" in second.stderr
+    third = run_chaosckpt(["suite"], cwd=project)
+    assert "reference run reused from the cache" in third.stderr and third.returncode == 0

@@ -97,3 +97,27 @@ def test_an_entry_without_its_manifest_is_unfinished(tmp_path):
     entry.mkdir()
     (entry / cache.RUN_FILE).write_text(json.dumps({}))
     assert "manifest.json is missing" in cache.damage(entry)
+
+
+def test_a_crash_report_goes_into_the_results_folder_of_the_run(tmp_path, monkeypatch, capsys):
+    from chaosckpt.conductor import cli
+    from chaosckpt.conductor.commands import run as run_command
+    from chaosckpt.conductor.errors import ExitCode
+
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.py").write_text("print('never runs')\n")
+    monkeypatch.chdir(project)
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    monkeypatch.setattr("tempfile.tempdir", None)
+
+    def broken(*args, **kwargs):
+        raise ValueError("a bug in the scorer")
+
+    monkeypatch.setattr(run_command, "run_trial", broken)
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["run", "train.py", "-s", "kill9-mid-save", "--out", str(tmp_path / "r")])
+    assert exit_info.value.code == ExitCode.INTERNAL
+    report = Path(capsys.readouterr().err.strip().splitlines()[-1].rsplit(": ", 1)[1])
+    assert report.parent.parent == tmp_path / "r" and report.name.startswith("chaosckpt-crash-")
+    assert "a bug in the scorer" in report.read_text()

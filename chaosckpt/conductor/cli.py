@@ -14,7 +14,7 @@ from typing import List, Optional
 import click
 
 from chaosckpt import __version__
-from chaosckpt.conductor import atomic, signals
+from chaosckpt.conductor import atomic, config as configs, leftovers, signals
 from chaosckpt.conductor.errors import EXIT_CODES, ExitCode, UsageError
 
 @click.group(epilog=EXIT_CODES, context_settings={"help_option_names": ["-h", "--help"]})
@@ -34,15 +34,24 @@ _register()
 
 
 def _crash_report(exc: BaseException) -> Path:
-    directory = Path(tempfile.gettempdir())
-    path = directory / f"chaosckpt-crash-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt"
+    """The report of an internal error, in the results folder of the invocation (else ./chaosckpt-results when
+    there is one), so it is found, and cleaned, with the results; in the temporary folder when that cannot be
+    written (a full disk)."""
+    default = configs.SuiteConfig().results
+    name = f"chaosckpt-crash-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt"
     body = (
         f"chaosckpt {__version__} internal error\n"
         f"command: {shlex.join(sys.argv)}\npython: {sys.version}\n\n"
         + "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     )
-    atomic.write_text(path, body)
-    return path
+    folders = [leftovers.owned() or (default if default.is_dir() else None), Path(tempfile.gettempdir())]
+    for directory in [f for f in folders if f is not None]:
+        try:
+            atomic.write_text(directory / name, body)
+            return directory / name
+        except OSError:
+            continue
+    raise exc
 
 
 def main(argv: Optional[List[str]] = None) -> None:
@@ -70,3 +79,5 @@ def main(argv: Optional[List[str]] = None) -> None:
         path = _crash_report(exc)
         click.echo(f"chaosckpt: internal error ({type(exc).__name__}: {exc}); crash report: {path}", err=True)
         sys.exit(int(ExitCode.INTERNAL))
+    finally:
+        leftovers.release_all()

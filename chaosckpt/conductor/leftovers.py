@@ -15,7 +15,7 @@ import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import psutil
 
@@ -33,7 +33,12 @@ def claim(folder: Path) -> None:
         return
     _held[folder] = locks.acquire(folder / LOCK)
     if len(_held) == 1:
-        atexit.register(_release_all)
+        atexit.register(release_all)
+
+
+def owned() -> Optional[Path]:
+    """The results folder this process claimed last, if any."""
+    return next(reversed(_held), None)
 
 
 def held_fds(folder: Path) -> tuple:
@@ -42,7 +47,8 @@ def held_fds(folder: Path) -> tuple:
     return () if fd is None else (fd,)
 
 
-def _release_all() -> None:
+def release_all() -> None:
+    """Give up every folder this process owns: it ended normally, so nothing of it is left to clean."""
     for folder, fd in list(_held.items()):
         try:
             os.unlink(folder / LOCK)
