@@ -121,3 +121,28 @@ def test_a_crash_report_goes_into_the_results_folder_of_the_run(tmp_path, monkey
     report = Path(capsys.readouterr().err.strip().splitlines()[-1].rsplit(": ", 1)[1])
     assert report.parent.parent == tmp_path / "r" and report.name.startswith("chaosckpt-crash-")
     assert "a bug in the scorer" in report.read_text()
+
+
+def test_enospc_in_chaosckpts_own_writes_is_inconclusive_naming_the_disk(tmp_path, monkeypatch, capsys):
+    import errno
+    import os
+
+    from chaosckpt.conductor import cli
+    from chaosckpt.conductor.commands import run as run_command
+    from chaosckpt.conductor.errors import ExitCode
+
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.py").write_text("print('never runs')\n")
+    monkeypatch.chdir(project)
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp_path / "r" / "x" / "result.json"))
+
+    monkeypatch.setattr(run_command, "run_trial", full)
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["run", "train.py", "-s", "kill9-mid-save", "--out", str(tmp_path / "r")])
+    assert exit_info.value.code == ExitCode.INCONCLUSIVE
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith(f"chaosckpt: inconclusive: the disk holding {tmp_path / 'r' / 'x'} (mounted at ")
+    assert "bytes free" in err and "chaosckpt could not write its results" in err

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import shlex
 import sys
@@ -14,7 +15,7 @@ from typing import List, Optional
 import click
 
 from chaosckpt import __version__
-from chaosckpt.conductor import atomic, config as configs, leftovers, signals
+from chaosckpt.conductor import atomic, config as configs, diskspace, leftovers, signals
 from chaosckpt.conductor.errors import EXIT_CODES, ExitCode, UsageError
 
 @click.group(epilog=EXIT_CODES, context_settings={"help_option_names": ["-h", "--help"]})
@@ -76,6 +77,11 @@ def main(argv: Optional[List[str]] = None) -> None:
     except SystemExit:
         raise
     except Exception as exc:
+        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+            where = Path(exc.filename).parent if isinstance(exc.filename, str) else Path.cwd()
+            click.echo(f"chaosckpt: inconclusive: {diskspace.describe(where, what='chaosckpt could not write its results')}",
+                       err=True)
+            sys.exit(int(ExitCode.INCONCLUSIVE))
         path = _crash_report(exc)
         click.echo(f"chaosckpt: internal error ({type(exc).__name__}: {exc}); crash report: {path}", err=True)
         sys.exit(int(ExitCode.INTERNAL))

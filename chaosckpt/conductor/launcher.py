@@ -55,6 +55,8 @@ class RunResult:
     timed_out: bool
     fault_fired: bool
     survivors: List[int]
+    log_error: Optional[OSError] = None
+    """Why the job's output could not all be written to its logs (a full disk), if it could not."""
 
     @property
     def events_dir(self) -> Path:
@@ -221,4 +223,5 @@ def launch(spec: RunSpec) -> RunResult:
         err_log.close()
     if not fault_fired and protocol.fault_flags(events_dir):
         fault_fired = True
-    return RunResult(spec, proc.returncode, time.monotonic() - started, timed_out, fault_fired, survivors)
+    return RunResult(spec, proc.returncode, time.monotonic() - started, timed_out, fault_fired, survivors,
+                     out_log.error or err_log.error)

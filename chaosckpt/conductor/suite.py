@@ -16,6 +16,7 @@ trial is done when its ``result.json`` exists; ``--resume`` runs the others.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import os
 import random
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 from chaosckpt import __version__
-from chaosckpt.conductor import atomic, cache, launcher, leftovers, scenario as scenarios, signals
+from chaosckpt.conductor import atomic, cache, diskspace, launcher, leftovers, scenario as scenarios, signals
 from chaosckpt.conductor.errors import ExitCode, exit_code
 from chaosckpt.conductor.result import document
 from chaosckpt.conductor.runlog import RunLog
@@ -312,6 +313,12 @@ def main(argv: List[str]) -> int:
         return worker(Path(argv[0]))
     except KeyboardInterrupt:
         return int(ExitCode.INTERRUPTED)
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise
+        where = Path(exc.filename).parent if isinstance(exc.filename, str) else Path(argv[0]).parent
+        print(f"chaosckpt: inconclusive: {diskspace.describe(where, what='the trial could not write')}", file=sys.stderr)
+        return int(ExitCode.INCONCLUSIVE)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional
 
-from chaosckpt.conductor import arming, cache, crash, launcher, ranks, render, sandbox, score, sweep
+from chaosckpt.conductor import arming, cache, crash, diskspace, launcher, ranks, render, sandbox, score, sweep
 from chaosckpt.conductor.loadcheck import LoadChecker
 from chaosckpt.conductor.launcher import RunResult, RunSpec
 from chaosckpt.conductor.result import Finding, Reason, RunRecord, Trial
@@ -95,6 +95,9 @@ class TrialRunner:
                 events=str(result.events_dir),
             )
         )
+        if (result.returncode or result.log_error) and diskspace.hit_full_disk(  # issue 16 item 2
+                result.stderr, result.events_dir, self.scenario.fault in ("enospc", "disk-full"), result.log_error):
+            raise _Stop("disk-full", diskspace.describe(self.opts.results_dir, what=f"the {name} run could not write"))
         if result.timed_out and stop_on_timeout:
             raise _Stop("timeout", f"the {name} run did not finish within {self.opts.timeout_s:g} s (see {result.stderr})")
         if result.survivors:
@@ -124,6 +127,8 @@ class TrialRunner:
                 "no event came from the job, so nothing can be scored; the agent needs a Python job that keeps "
                 "PYTHONPATH (python -I and -E ignore it)" + exit_note,
             )
+        if record.returncode and diskspace.hit_full_disk(stderr, Path(record.events), False):  # issue 16 item 2
+            raise _Stop("disk-full", diskspace.describe(self.opts.results_dir, what="the reference run could not write"))
         if record.returncode != 0:
             raise _Stop(
                 "reference-failed",
@@ -136,6 +141,9 @@ class TrialRunner:
 
     def _run(self) -> None:
         reference_log = self._reference()
+        full = diskspace.preflight(self.opts.results_dir, self.opts.workdir, self.opts.exclude, reference_log)
+        if full:  # issue 16 item 2
+            raise _Stop("disk-full", full)
         ref = reference_log.trainer()
         self.trial.findings.extend(score.content_findings(ref))
         self.trial.findings.extend(score.loss_findings(ref))  # issue 16 item 7

@@ -203,8 +203,9 @@ def command(args, config_path, scenario_names, params, resume_args, resume_cmd, 
     _keep_going("the history", lambda: history.record(Path(plan.workdir), plan.created, suite.folder,
                                                       shlex.join(plan.command), plan.chaosckpt, results.trials))
     _summary(results, finished, time.monotonic() - started, reports)
-    crashed = [f for f in finished if f.trial is None]
-    sys.exit(int(ExitCode.INTERNAL if crashed else exit_code(t.status for t in ran)))
+    crashed = [f for f in finished if f.trial is None and f.returncode != ExitCode.INCONCLUSIVE]
+    full = ["inconclusive" for f in finished if f.trial is None and f.returncode == ExitCode.INCONCLUSIVE]
+    sys.exit(int(ExitCode.INTERNAL if crashed else exit_code([*(t.status for t in ran), *full])))
 
 
 def _keep_going(what: str, write: Callable[[], None]) -> None:
