@@ -170,3 +170,20 @@ def test_a_cached_reference_with_its_events_cut_short_is_run_again_not_trusted(t
     assert "reference run done" in second.stderr
     third = run_chaosckpt(["suite"], cwd=project)
     assert "reference run reused from the cache" in third.stderr and third.returncode == 0
+
+
+def test_a_log_beside_the_job_keeps_its_cached_reference_and_a_changed_input_does_not(tmp_path):
+    project = robust(tmp_path, 'command = "train.py --epochs 2"\nscenarios = ["kill9-mid-save"]\n')
+    (project / "notes.txt").write_text("read by nobody\n")
+    first = run_chaosckpt(["suite"], cwd=project)
+    assert first.returncode == 0 and "reference run done" in first.stderr, first.stderr
+    (project / "suite.log").write_text("what the user's shell redirected\n")
+    (project / "notes.txt").write_text("still read by nobody\n")
+
+    second = run_chaosckpt(["suite"], cwd=project)
+
+    assert second.returncode == 0 and "reference run reused from the cache" in second.stderr, second.stderr
+    with open(project / "train.py", "a") as f:
+        f.write("# an edit to the job\n")
+    third = run_chaosckpt(["suite"], cwd=project)
+    assert third.returncode == 0 and "reference run done" in third.stderr, third.stderr

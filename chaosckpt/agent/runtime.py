@@ -113,8 +113,9 @@ def start() -> None:
     if _started or role() not in ("training", "launcher"):
         return
     _started = True
-    from chaosckpt.agent import watchdog
+    from chaosckpt.agent import inputs, watchdog
 
     watchdog.start()
+    inputs.start()
     if role() == "training":
         when_imported("torch", _install)

@@ -64,7 +64,7 @@ def run(
     results = invocation.results_dir(root, scen.name)
     reference = None
     if reuse_reference:
-        parts = cache.key_parts(command, resume, workdir, [root])
+        parts = cache.key_parts(command, resume)
         reference = results / "cached-reference"
         cache.reference_into(reference, cache.key(parts), parts, command, workdir, timeout, [root])
     opts = TrialOptions(command, resume, workdir, results, timeout, tolerance, keep_sandbox, reference=reference, exclude=[root])

@@ -1,9 +1,12 @@
 """The reference-run cache in the project's ``.chaosckpt/`` folder.
 
 A reference run depends only on what the job computes, so it is kept under a
-key of everything that could change that: both commands, the contents of the
-working directory, the relevant environment, and chaosckpt's version with a
-digest of its agent's sources. A suite runs the reference once and every
+key of what could change that: both commands, the relevant environment, and
+chaosckpt's version with a digest of its agent's sources; and it is reused only
+while the files it depended on are unchanged: the job's sources and every file
+its processes read from the working directory (the agent reports them), or the
+whole directory when the agent could not see the job. A log the user writes
+beside the job changes nothing. A suite runs the reference once and every
 trial, and every later invocation with the same key, reuses it. Only
 references that finished with status 0 are kept, so a flaky failure is never
 replayed from the cache. Entries are written under a temporary name and
@@ -23,7 +26,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional
 
-from chaosckpt import __version__
+from chaosckpt import __version__, protocol
 from chaosckpt.conductor import atomic, launcher, locks, sandbox
 from chaosckpt.conductor.launcher import RunSpec
 from chaosckpt.conductor.result import RunRecord
@@ -68,28 +71,80 @@ def project_folder(workdir: Path) -> Path:
     return folder
 
 
-def _tree_digest(workdir: Path, exclude: Iterable[Path]) -> str:
-    """A digest of every file the sandbox would copy: names, link targets and contents."""
+SOURCES = (".py", ".sh", ".toml", ".yaml", ".yml", ".json", ".cfg", ".ini")
+"""Files with these endings are the job's sources: checked whether or not the reference run was seen reading them,
+and one appearing invalidates the entry."""
+INPUTS = "inputs.json"
+
+
+def _tree(workdir: Path, exclude: Iterable[Path]) -> List[str]:
+    """Every file the sandbox would copy, relative to ``workdir``, sorted."""
     workdir = workdir.resolve()
     skip = {Path(p).resolve() for p in exclude}
-    h = hashlib.sha256()
+    out = []
     for root, dirs, files in os.walk(workdir):
         here = Path(root)
         dirs[:] = sorted(d for d in dirs if d not in sandbox.ALWAYS_EXCLUDED and here / d not in skip)
-        for name in sorted(files):
-            path = here / name
-            if path in skip:
-                continue
-            h.update(str(path.relative_to(workdir)).encode() + b"\0")
-            if path.is_symlink():
-                h.update(b"link:" + os.readlink(path).encode())
-                continue
-            st = path.stat()
-            if st.st_size > LARGE_FILE:
-                h.update(f"large:{st.st_size}:{st.st_mtime_ns}".encode())
-                continue
-            h.update(bytes.fromhex(_file_digest(path)))
-    return h.hexdigest()
+        out += [str((here / name).relative_to(workdir)) for name in sorted(files) if here / name not in skip]
+    return out
+
+
+def _file_id(path: Path) -> Optional[str]:
+    """What a file is now: its link target, its size and time (above ``LARGE_FILE``), its digest; None if absent."""
+    if path.is_symlink():
+        return "link:" + os.readlink(path)
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    if st.st_size > LARGE_FILE:
+        return f"large:{st.st_size}:{st.st_mtime_ns}"
+    return _file_digest(path)
+
+
+def _sources(workdir: Path, exclude: Iterable[Path], command: Iterable[str]) -> List[str]:
+    named = {os.path.normpath(a) for a in command}
+    return [rel for rel in _tree(workdir, exclude) if rel.endswith(SOURCES) or rel in named]
+
+
+def _read_by_job(events: Path, box: Path) -> Optional[List[str]]:
+    """The files (relative to the sandbox) the reference's processes reported reading; None when a process
+    could not say (too many, or no report: a job the agent does not reach)."""
+    reports = sorted(events.glob(f"{protocol.INPUTS_PREFIX}*.json"))
+    if not reports:
+        return None
+    files: set = set()
+    for path in reports:
+        try:
+            report = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+        if report.get("files") is None or Path(report.get("cwd", "")).resolve() != box.resolve():
+            return None
+        files.update(report["files"])
+    return sorted(files)
+
+
+def write_inputs(dest: Path, box: Path, workdir: Path, exclude: Iterable[Path], command: Iterable[str]) -> None:
+    """``dest/inputs.json``: what the reference depended on, as the user's working directory has it now."""
+    read = _read_by_job(dest / "events", box)
+    sources = _sources(workdir, exclude, command)
+    files = _tree(workdir, exclude) if read is None else sorted({*read, *sources})
+    doc = {"sources": sources, "files": {rel: _file_id(workdir / rel) for rel in files}}
+    atomic.write_text(dest / INPUTS, json.dumps(doc, indent=1, sort_keys=True) + "\n")
+
+
+def inputs_changed(folder: Path, workdir: Path, exclude: Iterable[Path], command: Iterable[str]) -> Optional[str]:
+    """How the files a stored reference run depended on differ from the working directory's now, or None."""
+    try:
+        doc = json.loads((folder / INPUTS).read_text())
+    except (OSError, ValueError):
+        return f"it has no readable {INPUTS}"
+    for rel, ident in sorted(doc["files"].items()):
+        if _file_id(workdir / rel) != ident:
+            return f"{rel} changed"
+    new = sorted(set(_sources(workdir, exclude, command)) - set(doc["sources"]))
+    return f"{new[0]} is new" if new else None
 
 
 def _agent_digest() -> str:
@@ -108,13 +163,13 @@ def _torch_version() -> Optional[str]:
         return None
 
 
-def key_parts(command: List[str], resume_command: List[str], workdir: Path, exclude: Iterable[Path]) -> Dict[str, object]:
-    """What the reference run depends on, as a document (stored next to each entry, to explain it)."""
+def key_parts(command: List[str], resume_command: List[str]) -> Dict[str, object]:
+    """What the reference run depends on besides its files (see ``inputs_changed``), as a document (stored
+    next to each entry, to explain it)."""
     env = {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES) or k == "PATH"}
     return {
         "command": list(command),
         "resume_command": list(resume_command),
-        "workdir": _tree_digest(workdir, exclude),
         "env": env,
         "python": sys.version,
         "torch": _torch_version(),
@@ -171,7 +226,9 @@ def run_reference(command: List[str], workdir: Path, dest: Path, timeout_s: floa
     sandbox.remove(box)  # what a killed reference run left
     try:
         sandbox.create(workdir, box, exclude=[*exclude, dest])
-        result = launcher.launch(RunSpec("reference", list(command), box, dest, timeout_s))
+        result = launcher.launch(RunSpec("reference", list(command), box, dest, timeout_s,
+                                         env={protocol.ENV_INPUTS: "1"}))
+        write_inputs(dest, box, workdir, [*exclude, dest], command)
     finally:
         sandbox.remove(box)
     record = RunRecord(
@@ -220,18 +277,20 @@ class ReferenceCache:
                   "reference, to reuse it", file=sys.stderr)
             return locks.acquire(path, wait=True)
 
-    def lookup(self, key: str) -> Optional[Path]:
-        """The whole entry under ``key``; a damaged one is discarded, with a note, so the reference runs again."""
+    def lookup(self, key: str, workdir: Path, exclude: Iterable[Path], command: Iterable[str]) -> Optional[Path]:
+        """The whole entry under ``key`` whose files are as ``workdir`` has them; a damaged one is discarded, with
+        a note, and one whose files changed is discarded quietly, so the reference runs again."""
         entry = self.folder / key
         if not entry.is_dir():
             return None
         why = damage(entry)
-        if why is None:
-            return entry
-        print(f"chaosckpt: the cached reference run {key[:12]} is damaged ({why}); discarded it, running the "
-              "reference again", file=sys.stderr)
-        self.discard(key)
-        return None
+        if why is not None:
+            print(f"chaosckpt: the cached reference run {key[:12]} is damaged ({why}); discarded it, running the "
+                  "reference again", file=sys.stderr)
+        if why is not None or inputs_changed(entry, workdir, exclude, command) is not None:
+            self.discard(key)
+            return None
+        return entry
 
     def store(self, key: str, run_dir: Path, parts: Dict[str, object]) -> None:
         """Keep ``run_dir`` (a reference run that exited 0) under ``key``; a concurrent writer's entry wins."""
@@ -256,15 +315,14 @@ def reference_into(dest: Path, key_: str, parts: Dict[str, object], command: Lis
     store = ReferenceCache.of_project(workdir)
     lock = store.lock(key_)
     try:
-        entry = None if fresh else store.lookup(key_)
+        entry = None if fresh else store.lookup(key_, workdir, exclude, command)
         if entry is not None:
             restore(entry, dest)
             return True
         shutil.rmtree(dest, ignore_errors=True)
         record = run_reference(command, workdir, dest, timeout_s, exclude)
         if record.returncode == 0 and not record.timed_out and not record.survivors:
-            if fresh:
-                store.discard(key_)
+            store.discard(key_)
             store.store(key_, dest, parts)
         return False
     finally:

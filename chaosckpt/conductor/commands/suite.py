@@ -72,7 +72,7 @@ def _new_plan(conf: configs.SuiteConfig, from_cli: bool, params: Dict[str, Any])
     base = Path(conf.source).parent if conf.source else Path.cwd()
     trials = _plan_trials(conf, base, params)
     results = conf.results.resolve()
-    parts = cache.key_parts(command, resume, workdir, [results])
+    parts = cache.key_parts(command, resume)
     plan = Plan(args=args, command=command, resume_command=resume, resume_option=resume_option, workdir=str(workdir),
                 results=str(results), timeout=float(conf.timeout), tolerance=float(conf.tolerance), nproc=conf.nproc,
                 seed=conf.seed, trials=trials, reference_key=cache.key(parts), created=time.strftime("%Y-%m-%d %H:%M:%S"))
@@ -260,10 +260,14 @@ def _resumed(conf, keep_sandbox: bool) -> Tuple[Suite, Dict[str, object]]:
                          "it to finish, or stop it and run chaosckpt suite --resume again") from None
     suite = Suite.open(folder, jobs=conf.jobs, keep_sandbox=keep_sandbox)
     plan = suite.plan
-    parts = cache.key_parts(plan.command, plan.resume_command, Path(plan.workdir), [Path(plan.results)])
-    if cache.key(parts) != plan.reference_key:
-        raise UsageError(f"the job, its files or its environment changed since suite {folder.name} started, so its "
-                         "finished trials no longer describe it; run chaosckpt suite without --resume")
+    parts = cache.key_parts(plan.command, plan.resume_command)
+    reference = folder / "reference"
+    changed = "the job or its environment changed" if cache.key(parts) != plan.reference_key else None
+    if changed is None and (reference / cache.INPUTS).is_file():
+        changed = cache.inputs_changed(reference, Path(plan.workdir), [Path(plan.results)], plan.command)
+    if changed:
+        raise UsageError(f"{changed} since suite {folder.name} started, so its finished trials no longer describe "
+                         "the job; run chaosckpt suite without --resume")
     return suite, parts
 
 
