@@ -42,7 +42,7 @@ def _hook(event: str, args: tuple) -> None:
 def _report(run_dir: str) -> None:
     for module in list(sys.modules.values()):
         path = getattr(module, "__file__", None)
-        if isinstance(path, str):
+        if isinstance(path, str) and os.path.isabs(path):
             _seen.add(os.path.abspath(path))
     root = os.getcwd()
     files = sorted(os.path.relpath(p, root) for p in _seen

@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import sys
 import tempfile
 from dataclasses import asdict
@@ -97,6 +98,8 @@ def _file_id(path: Path) -> Optional[str]:
         st = path.stat()
     except OSError:
         return None
+    if stat.S_ISDIR(st.st_mode):
+        return "dir"
     if st.st_size > LARGE_FILE:
         return f"large:{st.st_size}:{st.st_mtime_ns}"
     return _file_digest(path)
