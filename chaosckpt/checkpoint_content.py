@@ -173,15 +173,15 @@ class _Walk:
         stack: List[Tuple[Any, str, str, bool]] = [(obj, "", "", False)]
         while stack:
             value, path, top, internal = stack.pop()
-            if isinstance(value, torch.Tensor):
+            if isinstance(value, _LEAVES):
+                continue
+            sequence = isinstance(value, (list, tuple))  # checked first: torch.Tensor's isinstance is slow
+            if not sequence and isinstance(value, torch.Tensor):
                 self.tensor(value, path, top or "<root>")
                 kind = rng_kind(value, path)
                 if kind:
                     self.rng.append({"path": path or "<root>", "kind": kind})
                 continue
-            if isinstance(value, _LEAVES):
-                continue
-            sequence = isinstance(value, (list, tuple))
             kind = rng_kind(value, path) if not sequence or len(value) in _RNG_LENGTHS else None
             if kind:
                 self.rng.append({"path": path or "<root>", "kind": kind})
