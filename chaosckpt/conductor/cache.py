@@ -319,10 +319,10 @@ def reference_into(dest: Path, key_: str, parts: Dict[str, object], command: Lis
     lock = store.lock(key_)
     try:
         entry = None if fresh else store.lookup(key_, workdir, exclude, command)
+        shutil.rmtree(dest, ignore_errors=True)  # what a killed run left there
         if entry is not None:
             restore(entry, dest)
             return True
-        shutil.rmtree(dest, ignore_errors=True)
         record = run_reference(command, workdir, dest, timeout_s, exclude)
         if record.returncode == 0 and not record.timed_out and not record.survivors:
             store.discard(key_)
