@@ -145,3 +145,42 @@ def test_enospc_in_chaosckpts_own_writes_is_inconclusive_naming_the_disk(tmp_pat
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith(f"chaosckpt: inconclusive: the disk holding {tmp_path / 'r' / 'x'} (mounted at ")
     assert "bytes free" in err and "chaosckpt could not write its results" in err
+
+
+def test_a_stored_reference_depends_on_the_files_its_job_read_and_its_sources_not_on_a_log_beside_it(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "train.py").write_text("print('train')\n")
+    (work / "data.bin").write_bytes(b"rows")
+    (work / "other.bin").write_bytes(b"never read")
+    run = tmp_path / "run"
+    (run / "events").mkdir(parents=True)
+    box = tmp_path / "box"
+    box.mkdir()
+    (run / "events" / "inputs.123.json").write_text(json.dumps({"cwd": str(box), "files": ["data.bin", "ckpt"]}))
+    cache.write_inputs(run, box, work, [], ["python", "train.py"])
+    assert cache.inputs_changed(run, work, [], ["python", "train.py"]) is None
+
+    (work / "suite.log").write_text("redirected output\n")
+    (work / "other.bin").write_bytes(b"changed, but never read")
+    (work / "ckpt").mkdir()
+    assert cache.inputs_changed(run, work, [], ["python", "train.py"]) == "ckpt changed"
+    (work / "ckpt").rmdir()
+    assert cache.inputs_changed(run, work, [], ["python", "train.py"]) is None
+    (work / "data.bin").write_bytes(b"other rows")
+    assert cache.inputs_changed(run, work, [], ["python", "train.py"]) == "data.bin changed"
+    (work / "data.bin").write_bytes(b"rows")
+    (work / "helpers.py").write_text("X = 1\n")
+    assert cache.inputs_changed(run, work, [], ["python", "train.py"]) == "helpers.py is new"
+
+
+def test_without_a_report_from_the_job_every_file_counts(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "train.sh").write_text("echo hi\n")
+    (work / "data.bin").write_bytes(b"rows")
+    run = tmp_path / "run"
+    (run / "events").mkdir(parents=True)
+    cache.write_inputs(run, tmp_path / "box", work, [], ["bash", "train.sh"])
+    (work / "data.bin").write_bytes(b"other rows")
+    assert cache.inputs_changed(run, work, [], ["bash", "train.sh"]) == "data.bin changed"
