@@ -156,7 +156,7 @@ def test_a_job_whose_loss_is_nan_from_the_start_is_judged_from_its_own_step_even
     assert "loss was nan from step 1" in trial["findings"][0]["message"]
 
 
-def test_a_cached_reference_is_reused_while_its_inputs_hold_and_run_again_when_damaged_or_changed(tmp_path):
+def test_a_cached_reference_is_reused_while_its_inputs_hold_and_run_again_when_damaged(tmp_path):
     project = robust(tmp_path, 'command = "train.py --epochs 2"\nscenarios = ["kill9-mid-save"]\n')
     (project / "notes.txt").write_text("read by nobody\n")
     first = run_chaosckpt(["suite"], cwd=project)
@@ -172,8 +172,4 @@ def test_a_cached_reference_is_reused_while_its_inputs_hold_and_run_again_when_d
     third = run_chaosckpt(["suite"], cwd=project)
     assert third.returncode == 0, third.stdout + third.stderr
     assert "is damaged (events/" in third.stderr and "running the reference again" in third.stderr
-    assert "reference run done" in third.stderr
-    with open(project / "train.py", "a") as f:
-        f.write("# an edit to the job\n")
-    fourth = run_chaosckpt(["suite"], cwd=project)
-    assert fourth.returncode == 0 and "reference run done" in fourth.stderr, fourth.stderr
+    assert "reference run done" in third.stderr  # a changed source does the same: see test_self_state
