@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import click
 
-from chaosckpt.conductor import atomic, cache, config as configs, history, invocation, leftovers, locks
+from chaosckpt.conductor import atomic, cache, config as configs, history, invocation, leftovers, locks, logcap
 from chaosckpt.conductor import scenario as scenarios
 from chaosckpt.conductor.commands import report as report_command
 from chaosckpt.conductor.errors import EXIT_CODES, ExitCode, UsageError, exit_code
@@ -119,6 +119,8 @@ class Progress:
 
 
 def _line(item: Finished) -> str:
+    if item.trial is None and item.returncode == ExitCode.INCONCLUSIVE:  # the worker's disk filled up
+        return f"INCONCLUSIVE {item.planned.id}: {logcap.last_line(item.log).removeprefix('chaosckpt: inconclusive: ')}"
     if item.trial is None:
         return f"ERROR {item.planned.id}: the trial's worker exited with status {item.returncode} without a verdict (see {item.log})"
     return f"{item.trial['status'].upper()} {item.planned.id}: {item.trial['headline'].split(': ', 1)[-1]}"
