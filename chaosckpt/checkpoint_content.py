@@ -40,6 +40,10 @@ _LOADER = re.compile(r".*(?:sampler|loader|datamodule|data_state|dataset_state).
 _SETTINGS = frozenset({"config", "cfg", "args", "hparams", "hyper_parameters", "hyperparameters",
                        "settings", "model_args", "train_config", "opts", "options"})
 _STATEFUL_LOADER_KEYS = ("_num_yielded", "_sampler_iter_state", "_snapshot", "_iterator_finished")
+PATH_MAX = 400
+_LEAVES = (str, bytes, int, float, type(None))
+_RNG_LENGTHS = (3, 5)
+"""The lengths of the sequences ``rng_kind`` can recognise (Python's and numpy's states)."""
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_.\-]+")
 
 
@@ -52,7 +56,12 @@ def human_bytes(n: int) -> str:
 
 
 def _child(path: str, key: Any) -> str:
-    """Key path of ``key`` under ``path``: ``model.head.weight``, ``opt.state[0].exp_avg``, ``x['a b']``."""
+    """Key path of ``key`` under ``path``: ``model.head.weight``, ``opt.state[0].exp_avg``, ``x['a b']``.
+
+    Past ``PATH_MAX`` characters the path stops growing (it ends in ``...``), so that walking a deeply nested
+    object takes time linear in its size."""
+    if len(path) > PATH_MAX:
+        return path if path.endswith("...") else path + "..."
     if isinstance(key, str) and _PLAIN_KEY.fullmatch(key):
         return f"{path}.{key}" if path else key
     if isinstance(key, int) and not isinstance(key, bool):
@@ -164,19 +173,27 @@ class _Walk:
         stack: List[Tuple[Any, str, str, bool]] = [(obj, "", "", False)]
         while stack:
             value, path, top, internal = stack.pop()
-            if isinstance(value, torch.Tensor):
+            if isinstance(value, _LEAVES):
+                continue
+            sequence = isinstance(value, (list, tuple))  # checked first: torch.Tensor's isinstance is slow
+            if not sequence and isinstance(value, torch.Tensor):
                 self.tensor(value, path, top or "<root>")
                 kind = rng_kind(value, path)
                 if kind:
                     self.rng.append({"path": path or "<root>", "kind": kind})
                 continue
-            if isinstance(value, (str, bytes, int, float, type(None))):
-                continue
-            kind = rng_kind(value, path)
+            kind = rng_kind(value, path) if not sequence or len(value) in _RNG_LENGTHS else None
             if kind:
                 self.rng.append({"path": path or "<root>", "kind": kind})
                 continue
-            if isinstance(value, Mapping):
+            if sequence:
+                if id(value) in seen:
+                    continue
+                seen.add(id(value))
+                for index in range(len(value) - 1, -1, -1):
+                    child = _child(path, index)
+                    stack.append((value[index], child, top or child, internal))
+            elif isinstance(value, Mapping):
                 if id(value) in seen:
                     continue
                 seen.add(id(value))
@@ -193,13 +210,6 @@ class _Walk:
                     if not internal and name and _LOADER.fullmatch(name) and isinstance(item, Mapping) and item:
                         self.loader(child)
                     stack.append((item, child, top or _child("", key), internal or name in _SETTINGS))
-            elif isinstance(value, (list, tuple)):
-                if id(value) in seen:
-                    continue
-                seen.add(id(value))
-                for index in range(len(value) - 1, -1, -1):
-                    child = _child(path, index)
-                    stack.append((value[index], child, top or child, internal))
 
     def bloat(self) -> List[Dict[str, Any]]:
         """Storages much larger than all their saved views together: one entry per storage, not per view."""

@@ -82,6 +82,11 @@ ENV_MARK = "CHAOSCKPT_MARK"
 ENV_STOP = "CHAOSCKPT_STOP"
 """JSON ``{"steps": N, "after": [...]}``: stop the job N steps after saves meeting every condition (see
 ``chaosckpt.agent.horizon``), absent to let it run to its end."""
+ENV_CONDUCTOR = "CHAOSCKPT_CONDUCTOR"
+"""The pid of the chaosckpt process that started the run; the job stops itself when that process is gone."""
+ENV_INPUTS = "CHAOSCKPT_INPUTS"
+"""``1``: each process writes ``inputs.<pid>.json`` at exit, the files it read from its working directory."""
+INPUTS_PREFIX = "inputs."
 ENV_SAMPLER_SKEW = "CHAOSCKPT_SAMPLER_SKEW"
 """JSON ``{"variant": "offset"|"reset", "offset": d, "rank": r}``: skew DistributedSampler epochs (resume runs)."""
 

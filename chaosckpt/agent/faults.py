@@ -28,9 +28,10 @@ from dataclasses import dataclass
 from typing import List, Optional
 
 from chaosckpt import protocol
+from chaosckpt.agent import watchdog
 
 HALT_SECONDS = 600.0
-"""How long a halted job waits for the conductor's SIGKILL before exiting by itself."""
+"""How long a halted job waits for the conductor's SIGKILL before exiting by itself (sooner if the conductor dies)."""
 HALT_EXIT_CODE = 86
 PLACEMENTS = {
     "halt": ("at_byte", "at_write", "at_op", "after_save"),
@@ -93,6 +94,6 @@ def halt(writer, event: str = "fault", flag: str = protocol.FAULT_FLAG_PREFIX, *
     writer.emit(event, **fields)
     writer.raise_flag(flag)
     deadline = time.monotonic() + HALT_SECONDS
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and watchdog.conductor_alive():
         time.sleep(0.05)
     os._exit(HALT_EXIT_CODE)

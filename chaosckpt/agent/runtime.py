@@ -112,7 +112,12 @@ def _install() -> None:
 def start() -> None:
     """Idempotent entry point: hook torch's import in training processes, nothing elsewhere."""
     global _started
-    if _started or role() != "training":
+    if _started or role() not in ("training", "launcher"):
         return
     _started = True
-    when_imported("torch", _install)
+    from chaosckpt.agent import inputs, watchdog
+
+    watchdog.start()
+    inputs.start()
+    if role() == "training":
+        when_imported("torch", _install)

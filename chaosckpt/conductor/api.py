@@ -69,7 +69,7 @@ def run(
     results = invocation.results_dir(root, scen.name)
     reference = None
     if reuse_reference:
-        parts = cache.key_parts(command, resume, workdir, [root])
+        parts = cache.key_parts(command, resume)
         reference = results / "cached-reference"
         stop = horizons.trial_stop(steps, scen.trigger)
         cache.reference_into(reference, cache.key(parts), parts, command, workdir, timeout, [root], stop=stop)

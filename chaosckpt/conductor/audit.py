@@ -16,6 +16,8 @@ Formats: torch zip archives (``torch.save`` since 1.6), the legacy torch format
 from __future__ import annotations
 
 import _compat_pickle
+import contextlib
+import gc
 import io
 import os
 import pickle
@@ -25,7 +27,7 @@ import zipfile
 import zlib
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -34,6 +36,14 @@ from chaosckpt import checkpoint_content
 LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
 """First pickle of a legacy (non-zip) torch file."""
 _CHUNK = 1 << 24
+INFLATE_FACTOR = 4
+INFLATE_MIN = 16 << 20
+INFLATE_MAX = 1 << 30
+
+
+def inflate_limit(size: int) -> int:
+    """How many bytes a record may inflate to by default: a few times the file's size, within 16 MiB..1 GiB."""
+    return min(max(INFLATE_FACTOR * size, INFLATE_MIN), INFLATE_MAX)
 
 _DANGEROUS_MODULES = frozenset({
     "os", "posix", "nt", "subprocess", "pty", "sys", "shutil", "importlib", "runpy", "code", "codeop",
@@ -278,10 +288,12 @@ def _torch_attribute(module: str, name: str) -> Any:
 class _Unpickler(pickle.Unpickler):
     """Unpickles with an allowlist; every other global becomes a recording placeholder class."""
 
-    def __init__(self, file: Any, load_storage: Optional[Callable[[tuple], _Storage]], log: "PickleLog") -> None:
+    def __init__(self, file: Any, load_storage: Optional[Callable[[tuple], _Storage]], log: "PickleLog",
+                 limit: int) -> None:
         super().__init__(file)
         self._load_storage = load_storage
         self._log = log
+        self._limit = limit
 
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) in _compat_pickle.NAME_MAPPING:
@@ -294,7 +306,7 @@ class _Unpickler(pickle.Unpickler):
         if allowed is not None:
             return allowed
         if qualname == "torch.storage._load_from_bytes":
-            return lambda data: _load_bytes(data, self._log)
+            return lambda data: _load_bytes(data, self._log, self._limit)
         return self._log.placeholder(qualname)
 
     def persistent_load(self, pid: Any) -> Any:
@@ -350,10 +362,55 @@ class Loaded:
         self.log = log
 
 
-def _crc_ok(handle: Any, info: zipfile.ZipInfo) -> bool:
-    """Whether a stored record's bytes match the CRC in the archive, read in chunks (no record is held whole)."""
+def _too_large(name: str, limit: int) -> AuditError:
+    return AuditError(f"record {name} inflates to more than {limit} bytes: a zip bomb, or not a torch.save "
+                      "checkpoint (torch never compresses); raise the limit with --max-inflate if you trust the file")
+
+
+class _Capped:
+    """A record's stream that refuses to inflate past ``limit`` bytes, so a zip bomb costs no more than that."""
+
+    def __init__(self, stream: Any, limit: int, name: str) -> None:
+        self.stream = stream
+        self.limit = limit
+        self.name = name
+        self.count = 0
+
+    def _check(self, data: bytes) -> bytes:
+        self.count += len(data)
+        if self.count > self.limit:
+            raise _too_large(self.name, self.limit)
+        return data
+
+    def _room(self, n: Optional[int]) -> int:
+        left = self.limit - self.count + 1
+        return left if n is None or n < 0 else min(n, left)
+
+    def read(self, n: Optional[int] = -1) -> bytes:
+        return self._check(self.stream.read(self._room(n)))
+
+    def readline(self, n: Optional[int] = -1) -> bytes:
+        return self._check(self.stream.readline(self._room(n)))
+
+
+def _open_record(archive: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int) -> _Capped:
+    if info.file_size > limit:  # as the archive declares it; ``_Capped`` holds a record that lies to the limit too
+        raise _too_large(info.filename, limit)
+    return _Capped(archive.open(info), limit, info.filename)
+
+
+def _crc_ok(handle: Any, archive: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int) -> bool:
+    """Whether a record's bytes match the CRC in the archive, read in chunks (no record is held whole)."""
     if info.compress_type != zipfile.ZIP_STORED:
-        return True  # compressed records are checked by zipfile while reading; torch never compresses
+        stream = _open_record(archive, info, limit)
+        try:
+            while stream.read(_CHUNK):
+                pass
+        except (zipfile.BadZipFile, zlib.error, EOFError):
+            return False
+        finally:
+            stream.stream.close()
+        return True
     handle.seek(info.header_offset)
     header = handle.read(30)
     if len(header) != 30 or header[:4] != b"PK\x03\x04":
@@ -370,7 +427,7 @@ def _crc_ok(handle: Any, info: zipfile.ZipInfo) -> bool:
     return crc == info.CRC
 
 
-def _load_zip(handle: Any, log: PickleLog) -> Loaded:
+def _load_zip(handle: Any, log: PickleLog, limit: int) -> Loaded:
     try:
         archive = zipfile.ZipFile(handle)
     except zipfile.BadZipFile as exc:
@@ -399,23 +456,27 @@ def _load_zip(handle: Any, log: PickleLog) -> Loaded:
             return storages[key]
 
         try:
-            with archive.open(pickles[0]) as stream:
-                obj = _Unpickler(io.BytesIO(stream.read()), load_storage, log).load()
+            stream = _open_record(archive, records[pickles[0]], limit)
+            try:
+                data = io.BytesIO(stream.read())  # within the limit; whole, since the unpickler reads it in small bites
+            finally:
+                stream.stream.close()
+            obj = _Unpickler(data, load_storage, log, limit).load()
             for info in archive.infolist():
-                if info.filename.startswith(f"{prefix}data/") and not _crc_ok(handle, info):
+                if info.filename.startswith(f"{prefix}data/") and not _crc_ok(handle, archive, info, limit):
                     raise AuditError(f"record {info.filename} is damaged (its bytes do not match the archive's CRC)")
         except zipfile.BadZipFile as exc:
             raise AuditError(f"damaged zip archive: {exc}") from None
     return Loaded(obj, "torch zip archive", log)
 
 
-def _load_pickles(stream: Any, size: int, log: PickleLog) -> Loaded:
+def _load_pickles(stream: Any, size: int, log: PickleLog, limit: int) -> Loaded:
     """A legacy torch file (magic, version, system info, object, storage keys, raw storages) or a plain pickle."""
-    first = _Unpickler(stream, None, log).load()
+    first = _Unpickler(stream, None, log, limit).load()
     if not (type(first) is int and first == LEGACY_MAGIC):
         return Loaded(first, "pickle", log)
-    _Unpickler(stream, None, log).load()
-    _Unpickler(stream, None, log).load()
+    _Unpickler(stream, None, log, limit).load()
+    _Unpickler(stream, None, log, limit).load()
     storages: Dict[str, _Storage] = {}
 
     def load_storage(pid: tuple) -> _Storage:
@@ -426,8 +487,8 @@ def _load_pickles(stream: Any, size: int, log: PickleLog) -> Loaded:
             storages[key] = _Storage(torch.UntypedStorage(int(pid[4]) * dtype.itemsize, device="meta"), dtype)
         return storages[key]
 
-    obj = _Unpickler(stream, load_storage, log).load()
-    keys = _Unpickler(stream, None, log).load()
+    obj = _Unpickler(stream, load_storage, log, limit).load()
+    keys = _Unpickler(stream, None, log, limit).load()
     if not isinstance(keys, list):
         raise AuditError("legacy torch file without its list of storages")
     for key in keys:
@@ -443,30 +504,35 @@ def _load_pickles(stream: Any, size: int, log: PickleLog) -> Loaded:
     return Loaded(obj, "legacy torch file", log)
 
 
-def _load_bytes(data: Any, log: PickleLog) -> Any:
+def _load_bytes(data: Any, log: PickleLog, limit: int) -> Any:
     """``torch.storage._load_from_bytes`` in plain pickles of tensors: the bytes are a torch file, read the same way."""
     if not isinstance(data, (bytes, bytearray)):
         raise AuditError("torch.storage._load_from_bytes called without bytes")
     stream = io.BytesIO(bytes(data))
-    loaded = _load_zip(stream, log) if data[:2] == b"PK" else _load_pickles(stream, len(data), log)
+    loaded = _load_zip(stream, log, limit) if data[:2] == b"PK" else _load_pickles(stream, len(data), log, limit)
     return loaded.obj
 
 
-def load(path: Union[str, Path]) -> Loaded:
-    """Rebuild a checkpoint file's object without running any of it; :class:`AuditError` if it cannot be read."""
-    log = PickleLog()
+def load(path: Union[str, Path], max_inflate: Optional[int] = None, log: Optional[PickleLog] = None) -> Loaded:
+    """Rebuild a checkpoint file's object without running any of it; :class:`AuditError` if it cannot be read.
+
+    No record is inflated past ``max_inflate`` bytes (default: ``inflate_limit`` of the file's size). ``log``
+    collects the names the pickle asked for, also when it turns out unreadable.
+    """
+    log = log if log is not None else PickleLog()
     try:
         size = os.path.getsize(path)
+        limit = max_inflate or inflate_limit(size)
         with open(path, "rb") as handle:
             head = handle.read(4)
             handle.seek(0)
             if size == 0:
                 raise AuditError("empty file (0 bytes)")
             if head.startswith(b"PK"):
-                return _load_zip(handle, log)
+                return _load_zip(handle, log, limit)
             if not head.startswith(b"\x80"):
                 raise AuditError("neither a torch checkpoint nor a pickle (unrecognised first bytes)")
-            return _load_pickles(handle, size, log)
+            return _load_pickles(handle, size, log, limit)
     except AuditError:
         raise
     except OSError as exc:
@@ -477,14 +543,34 @@ def load(path: Union[str, Path]) -> Loaded:
         raise AuditError(f"not a readable pickle ({type(exc).__name__}: {detail}): torn, damaged or not a checkpoint") from None
 
 
-def audit_file(path: Union[str, Path], *, streams: Union[int, Sequence[str], None] = None) -> Dict[str, Any]:
-    """Audit one file: ``{"path", "bytes", "file_format", "contents", "findings"}`` (contents None when unreadable)."""
-    size = os.path.getsize(path)
+@contextlib.contextmanager
+def _no_gc() -> Iterator[None]:
+    """The cycle collector off while a pickle is rebuilt and walked: a million nested containers would have it
+    rescan every live object again and again, making the time grow faster than the size."""
+    enabled = gc.isenabled()
+    gc.disable()
     try:
-        loaded = load(path)
-    except AuditError as exc:
-        return {"path": str(path), "bytes": size, "file_format": None, "contents": None, "findings": [
-            {"kind": "unreadable-checkpoint", "message": f"cannot be loaded: {exc}", "error": str(exc)}]}
-    result = checkpoint_content.analyse(loaded.obj, streams=streams)
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def audit_file(path: Union[str, Path], *, streams: Union[int, Sequence[str], None] = None,
+               max_inflate: Optional[int] = None) -> Dict[str, Any]:
+    """Audit one file: ``{"path", "bytes", "file_format", "contents", "findings"}`` (contents None when unreadable).
+
+    What the pickle asked for outside the allowlist is reported even when the file cannot be read whole: a call
+    that would fail is no safer for it."""
+    size = os.path.getsize(path)
+    log = PickleLog()
+    with _no_gc():
+        try:
+            loaded = load(path, max_inflate, log)
+        except AuditError as exc:
+            return {"path": str(path), "bytes": size, "file_format": None, "contents": None,
+                    "findings": log.findings() + [{"kind": "unreadable-checkpoint", "message": f"cannot be loaded: {exc}",
+                                                   "error": str(exc)}]}
+        result = checkpoint_content.analyse(loaded.obj, streams=streams)
     return {"path": str(path), "bytes": size, "file_format": loaded.format, "contents": result["contents"],
             "findings": loaded.log.findings() + result["findings"]}

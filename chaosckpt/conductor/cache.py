@@ -1,9 +1,12 @@
 """The reference-run cache in the project's ``.chaosckpt/`` folder.
 
 A reference run depends only on what the job computes, so it is kept under a
-key of everything that could change that: both commands, the contents of the
-working directory, the relevant environment, and chaosckpt's version with a
-digest of its agent's sources. A suite runs the reference once and every
+key of what could change that: both commands, the relevant environment, and
+chaosckpt's version with a digest of its agent's sources; and it is reused only
+while the files it depended on are unchanged: the job's sources and every file
+its processes read from the working directory (the agent reports them), or the
+whole directory when the agent could not see the job. A log the user writes
+beside the job changes nothing. A suite runs the reference once and every
 trial, and every later invocation with the same key, reuses it. Only
 references that finished with status 0 are kept, so a flaky failure is never
 replayed from the cache. Entries are written under a temporary name and
@@ -16,6 +19,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import sys
 import tempfile
 from dataclasses import asdict
@@ -23,14 +27,16 @@ from importlib import metadata
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional
 
-from chaosckpt import __version__
-from chaosckpt.conductor import atomic, horizon, launcher, sandbox
+from chaosckpt import __version__, protocol
+from chaosckpt.conductor import atomic, horizon, launcher, locks, sandbox
 from chaosckpt.conductor.launcher import RunSpec
 from chaosckpt.conductor.result import RunRecord
 from chaosckpt.conductor.runlog import RunLog
 
 FOLDER = ".chaosckpt"
 RUN_FILE = "run.json"
+MANIFEST = "manifest.json"
+"""Size and digest of every file of a finished reference run, written last: an entry without it is unfinished."""
 LARGE_FILE = 16 * 1024 * 1024
 """Files above this size enter the key by size and modification time instead of contents (datasets)."""
 ENV_PREFIXES = ("PYTHON", "TORCH", "PYTORCH_", "CUDA", "CUBLAS", "CUDNN", "NCCL_", "OMP_", "MKL_", "OPENBLAS_", "LD_", "CHAOSCKPT_")
@@ -67,29 +73,82 @@ def project_folder(workdir: Path) -> Path:
     return folder
 
 
-def _tree_digest(workdir: Path, exclude: Iterable[Path]) -> str:
-    """A digest of every file the sandbox would copy: names, link targets and contents."""
+SOURCES = (".py", ".sh", ".toml", ".yaml", ".yml", ".json", ".cfg", ".ini")
+"""Files with these endings are the job's sources: checked whether or not the reference run was seen reading them,
+and one appearing invalidates the entry."""
+INPUTS = "inputs.json"
+
+
+def _tree(workdir: Path, exclude: Iterable[Path]) -> List[str]:
+    """Every file the sandbox would copy, relative to ``workdir``, sorted."""
     workdir = workdir.resolve()
     skip = {Path(p).resolve() for p in exclude}
-    h = hashlib.sha256()
+    out = []
     for root, dirs, files in os.walk(workdir):
         here = Path(root)
         dirs[:] = sorted(d for d in dirs if d not in sandbox.ALWAYS_EXCLUDED and here / d not in skip)
-        for name in sorted(files):
-            path = here / name
-            if path in skip:
-                continue
-            h.update(str(path.relative_to(workdir)).encode() + b"\0")
-            if path.is_symlink():
-                h.update(b"link:" + os.readlink(path).encode())
-                continue
-            st = path.stat()
-            if st.st_size > LARGE_FILE:
-                h.update(f"large:{st.st_size}:{st.st_mtime_ns}".encode())
-                continue
-            with open(path, "rb") as f:
-                h.update(hashlib.file_digest(f, "sha256").digest() if hasattr(hashlib, "file_digest") else hashlib.sha256(f.read()).digest())
-    return h.hexdigest()
+        out += [str((here / name).relative_to(workdir)) for name in sorted(files) if here / name not in skip]
+    return out
+
+
+def _file_id(path: Path) -> Optional[str]:
+    """What a file is now: its link target, its size and time (above ``LARGE_FILE``), its digest; None if absent."""
+    if path.is_symlink():
+        return "link:" + os.readlink(path)
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    if stat.S_ISDIR(st.st_mode):
+        return "dir"
+    if st.st_size > LARGE_FILE:
+        return f"large:{st.st_size}:{st.st_mtime_ns}"
+    return _file_digest(path)
+
+
+def _sources(workdir: Path, exclude: Iterable[Path], command: Iterable[str]) -> List[str]:
+    named = {os.path.normpath(a) for a in command}
+    return [rel for rel in _tree(workdir, exclude) if rel.endswith(SOURCES) or rel in named]
+
+
+def _read_by_job(events: Path, box: Path) -> Optional[List[str]]:
+    """The files (relative to the sandbox) the reference's processes reported reading; None when a process
+    could not say (too many, or no report: a job the agent does not reach)."""
+    reports = sorted(events.glob(f"{protocol.INPUTS_PREFIX}*.json"))
+    if not reports:
+        return None
+    files: set = set()
+    for path in reports:
+        try:
+            report = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+        if report.get("files") is None or Path(report.get("cwd", "")).resolve() != box.resolve():
+            return None
+        files.update(report["files"])
+    return sorted(files)
+
+
+def write_inputs(dest: Path, box: Path, workdir: Path, exclude: Iterable[Path], command: Iterable[str]) -> None:
+    """``dest/inputs.json``: what the reference depended on, as the user's working directory has it now."""
+    read = _read_by_job(dest / "events", box)
+    sources = _sources(workdir, exclude, command)
+    files = _tree(workdir, exclude) if read is None else sorted({*read, *sources})
+    doc = {"sources": sources, "files": {rel: _file_id(workdir / rel) for rel in files}}
+    atomic.write_text(dest / INPUTS, json.dumps(doc, indent=1, sort_keys=True) + "\n")
+
+
+def inputs_changed(folder: Path, workdir: Path, exclude: Iterable[Path], command: Iterable[str]) -> Optional[str]:
+    """How the files a stored reference run depended on differ from the working directory's now, or None."""
+    try:
+        doc = json.loads((folder / INPUTS).read_text())
+    except (OSError, ValueError):
+        return f"it has no readable {INPUTS}"
+    for rel, ident in sorted(doc["files"].items()):
+        if _file_id(workdir / rel) != ident:
+            return f"{rel} changed"
+    new = sorted(set(_sources(workdir, exclude, command)) - set(doc["sources"]))
+    return f"{new[0]} is new" if new else None
 
 
 def _agent_digest() -> str:
@@ -108,13 +167,13 @@ def _torch_version() -> Optional[str]:
         return None
 
 
-def key_parts(command: List[str], resume_command: List[str], workdir: Path, exclude: Iterable[Path]) -> Dict[str, object]:
-    """What the reference run depends on, as a document (stored next to each entry, to explain it)."""
+def key_parts(command: List[str], resume_command: List[str]) -> Dict[str, object]:
+    """What the reference run depends on besides its files (see ``inputs_changed``), as a document (stored
+    next to each entry, to explain it)."""
     env = {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES) or k == "PATH"}
     return {
         "command": list(command),
         "resume_command": list(resume_command),
-        "workdir": _tree_digest(workdir, exclude),
         "env": env,
         "python": sys.version,
         "torch": _torch_version(),
@@ -127,15 +186,55 @@ def key(parts: Dict[str, object]) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
 
 
+def _file_digest(path: Path) -> str:
+    """sha256 of a file, read in chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _files(folder: Path) -> List[Path]:
+    return sorted(p for p in folder.rglob("*") if p.is_file() and not p.is_symlink() and p.name != MANIFEST)
+
+
+def write_manifest(folder: Path) -> None:
+    files = {str(p.relative_to(folder)): [p.stat().st_size, _file_digest(p)] for p in _files(folder)}
+    atomic.write_text(folder / MANIFEST, json.dumps(files, indent=1, sort_keys=True) + "\n")
+
+
+def damage(folder: Path) -> Optional[str]:
+    """What is wrong with a stored reference run (a file missing, cut short or changed), or None if it is whole."""
+    try:
+        files = json.loads((folder / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return f"its {MANIFEST} is missing or unreadable"
+    for rel, (size, digest) in sorted(files.items()):
+        path = folder / rel
+        try:
+            actual = path.stat().st_size
+        except OSError:
+            return f"{rel} is missing"
+        if actual != size:
+            return f"{rel} holds {actual} bytes, {size} were stored"
+        if _file_digest(path) != digest:
+            return f"{rel} changed since it was stored"
+    return None
+
+
 def run_reference(command: List[str], workdir: Path, dest: Path, timeout_s: float, exclude: Iterable[Path],
                   stop: Optional[Dict] = None) -> RunRecord:
     """Run the job once without a fault into ``dest`` (``events/``, logs, ``run.json``) from a private sandbox,
     to its end or to the horizon ``stop``."""
     dest.mkdir(parents=True, exist_ok=True)
     box = dest.parent / f".sandbox-{dest.name}"
+    sandbox.remove(box)  # what a killed reference run left
     try:
         sandbox.create(workdir, box, exclude=[*exclude, dest])
-        result = launcher.launch(RunSpec("reference", list(command), box, dest, timeout_s, stop=stop))
+        result = launcher.launch(RunSpec("reference", list(command), box, dest, timeout_s, stop=stop,
+                                         env={protocol.ENV_INPUTS: "1"}))
+        write_inputs(dest, box, workdir, [*exclude, dest], command)
     finally:
         sandbox.remove(box)
     record = RunRecord(
@@ -153,6 +252,7 @@ def run_reference(command: List[str], workdir: Path, dest: Path, timeout_s: floa
         stop=stop,
     )
     atomic.write_text(dest / RUN_FILE, json.dumps(asdict(record), indent=2) + "\n")
+    write_manifest(dest)
     return record
 
 
@@ -175,9 +275,31 @@ class ReferenceCache:
     def of_project(cls, workdir: Path) -> "ReferenceCache":
         return cls(project_folder(workdir) / "references")
 
-    def lookup(self, key: str) -> Optional[Path]:
+    def lock(self, key: str) -> int:
+        """Own the entry ``key`` (held while its reference runs), waiting for another chaosckpt that owns it."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        path = self.folder / f".{key}.lock"
+        try:
+            return locks.acquire(path)
+        except locks.Busy as busy:
+            print(f"chaosckpt: waiting for another chaosckpt (pid {busy.pid or 'unknown'}) that is running the same "
+                  "reference, to reuse it", file=sys.stderr)
+            return locks.acquire(path, wait=True)
+
+    def lookup(self, key: str, workdir: Path, exclude: Iterable[Path], command: Iterable[str]) -> Optional[Path]:
+        """The whole entry under ``key`` whose files are as ``workdir`` has them; a damaged one is discarded, with
+        a note, and one whose files changed is discarded quietly, so the reference runs again."""
         entry = self.folder / key
-        return entry if (entry / RUN_FILE).is_file() else None
+        if not entry.is_dir():
+            return None
+        why = damage(entry)
+        if why is not None:
+            print(f"chaosckpt: the cached reference run {key[:12]} is damaged ({why}); discarded it, running the "
+                  "reference again", file=sys.stderr)
+        if why is not None or inputs_changed(entry, workdir, exclude, command) is not None:
+            self.discard(key)
+            return None
+        return entry
 
     def store(self, key: str, run_dir: Path, parts: Dict[str, object]) -> None:
         """Keep ``run_dir`` (a reference run that exited 0) under ``key``; a concurrent writer's entry wins."""
@@ -207,14 +329,17 @@ def reference_into(dest: Path, key_: str, parts: Dict[str, object], command: Lis
     (and cache it when it exited 0 or reached its horizon). A cached run stopped short of ``stop`` is run
     again; ``fresh`` runs it even when cached, replacing the entry. True when it came from the cache."""
     store = ReferenceCache.of_project(workdir)
-    entry = None if fresh else store.lookup(key_)
-    if entry is not None and reaches(entry, stop):
-        restore(entry, dest)
-        return True
-    shutil.rmtree(dest, ignore_errors=True)
-    record = run_reference(command, workdir, dest, timeout_s, exclude, stop)
-    if (record.returncode == 0 or record.stopped) and not record.timed_out and not record.survivors:
-        if fresh or entry is not None:
+    lock = store.lock(key_)
+    try:
+        entry = None if fresh else store.lookup(key_, workdir, exclude, command)
+        shutil.rmtree(dest, ignore_errors=True)  # what a killed run left there
+        if entry is not None and reaches(entry, stop):
+            restore(entry, dest)
+            return True
+        record = run_reference(command, workdir, dest, timeout_s, exclude, stop)
+        if (record.returncode == 0 or record.stopped) and not record.timed_out and not record.survivors:
             store.discard(key_)
-        store.store(key_, dest, parts)
-    return False
+            store.store(key_, dest, parts)
+        return False
+    finally:
+        locks.release(lock)

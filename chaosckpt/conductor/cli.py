@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import shlex
 import sys
@@ -14,7 +15,7 @@ from typing import List, Optional
 import click
 
 from chaosckpt import __version__
-from chaosckpt.conductor import atomic
+from chaosckpt.conductor import atomic, config as configs, diskspace, leftovers, signals
 from chaosckpt.conductor.errors import EXIT_CODES, ExitCode, UsageError
 
 @click.group(epilog=EXIT_CODES, context_settings={"help_option_names": ["-h", "--help"]})
@@ -24,9 +25,9 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from chaosckpt.conductor.commands import audit, history, report, run, scenarios, suite
+    from chaosckpt.conductor.commands import audit, clean, history, report, run, scenarios, suite
 
-    for module in (run, scenarios, suite, report, history, audit):
+    for module in (run, scenarios, suite, report, history, audit, clean):
         cli.add_command(module.command)
 
 
@@ -34,19 +35,29 @@ _register()
 
 
 def _crash_report(exc: BaseException) -> Path:
-    directory = Path(tempfile.gettempdir())
-    path = directory / f"chaosckpt-crash-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt"
+    """The report of an internal error, in the results folder of the invocation (else ./chaosckpt-results when
+    there is one), so it is found, and cleaned, with the results; in the temporary folder when that cannot be
+    written (a full disk)."""
+    default = configs.SuiteConfig().results
+    name = f"chaosckpt-crash-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt"
     body = (
         f"chaosckpt {__version__} internal error\n"
         f"command: {shlex.join(sys.argv)}\npython: {sys.version}\n\n"
         + "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     )
-    atomic.write_text(path, body)
-    return path
+    folders = [leftovers.owned() or (default if default.is_dir() else None), Path(tempfile.gettempdir())]
+    for directory in [f for f in folders if f is not None]:
+        try:
+            atomic.write_text(directory / name, body)
+            return directory / name
+        except OSError:
+            continue
+    raise exc
 
 
 def main(argv: Optional[List[str]] = None) -> None:
     """Entry point: usage errors in one line, internal errors as a crash report, never a bare traceback."""
+    signals.install()
     try:
         cli.main(args=argv, prog_name="chaosckpt", standalone_mode=False)
     except UsageError as exc:
@@ -59,15 +70,20 @@ def main(argv: Optional[List[str]] = None) -> None:
         hint = f" (see chaosckpt {exc.ctx.info_name} --help)" if getattr(exc, "ctx", None) and exc.ctx.info_name != "chaosckpt" else " (see chaosckpt --help)"
         click.echo(f"chaosckpt: error: {exc.format_message()}{hint}", err=True)
         sys.exit(int(ExitCode.USAGE))
-    except click.exceptions.Abort:
-        click.echo("Interrupted", err=True)
-        sys.exit(int(ExitCode.INTERRUPTED))
-    except KeyboardInterrupt:
-        click.echo("Interrupted", err=True)
-        sys.exit(int(ExitCode.INTERRUPTED))
+    except (click.exceptions.Abort, KeyboardInterrupt) as exc:
+        cause = exc.__cause__ if isinstance(exc.__cause__, KeyboardInterrupt) else exc
+        click.echo(signals.describe(cause), err=True)
+        sys.exit(signals.exit_status(cause))
     except SystemExit:
         raise
     except Exception as exc:
+        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+            where = Path(exc.filename).parent if isinstance(exc.filename, str) else Path.cwd()
+            click.echo(f"chaosckpt: inconclusive: {diskspace.describe(where, what='chaosckpt could not write its results')}",
+                       err=True)
+            sys.exit(int(ExitCode.INCONCLUSIVE))
         path = _crash_report(exc)
         click.echo(f"chaosckpt: internal error ({type(exc).__name__}: {exc}); crash report: {path}", err=True)
         sys.exit(int(ExitCode.INTERNAL))
+    finally:
+        leftovers.release_all()

@@ -33,6 +33,7 @@ Exit codes:
   2  usage error (bad command line, scenario file or parameter)
   3  internal error in chaosckpt (a crash report file is written)
   4  inconclusive: no trial failed, but a verdict could not be established
+  130, 143, 129  interrupted by Ctrl-C, SIGTERM or SIGHUP (job trees killed)
 """
 
 

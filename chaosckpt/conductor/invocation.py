@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
+from chaosckpt.conductor import leftovers
 from chaosckpt.conductor.errors import UsageError
 
 
@@ -76,14 +77,17 @@ def resume_command(command: List[str], resume_args: Optional[Sequence[str]], res
 
 
 def results_dir(out: Path, name: str) -> Path:
-    """A new folder ``out/<timestamp>-<name>``, numbered when the name is taken."""
+    """A new folder ``out/<timestamp>-<name>``, numbered when the name is taken, owned by this process; what
+    killed runs left under ``out`` is cleaned up first (see ``leftovers``)."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     try:
         out.mkdir(parents=True, exist_ok=True)
+        leftovers.report(out)
         for n in range(1000):
             path = out / (f"{stamp}-{name}" + (f"-{n}" if n else ""))
             try:
                 path.mkdir()
+                leftovers.claim(path)
                 return path.resolve()
             except FileExistsError:
                 continue

@@ -11,6 +11,7 @@ import contextlib
 import ctypes
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -22,6 +23,7 @@ from typing import Callable, Dict, Iterator, List, Optional
 import psutil
 
 from chaosckpt import protocol
+from chaosckpt.conductor import logcap
 
 POLL_S = 0.01
 HOLD_S = 30.0
@@ -31,6 +33,7 @@ STOP_HOLD_S = 2.0
 BOOT_DIR = Path(__file__).resolve().parent.parent / "agent" / "boot"
 PR_SET_CHILD_SUBREAPER = 36
 PR_GET_CHILD_SUBREAPER = 37
+PR_SET_PDEATHSIG = 1
 
 
 @dataclass
@@ -62,6 +65,8 @@ class RunResult:
     survivors: List[int]
     stopped: bool = False
     """The job reached its horizon and was killed there: not a crash."""
+    log_error: Optional[OSError] = None
+    """Why the job's output could not all be written to its logs (a full disk), if it could not."""
 
     @property
     def events_dir(self) -> Path:
@@ -95,12 +100,29 @@ def _subreaper() -> Iterator[None]:
             libc.prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
 
 
+def die_with_parent(signum: int) -> Callable[[], None]:
+    """A ``preexec_fn`` that has the child sent ``signum`` when this process dies, even by SIGKILL."""
+    parent = os.getpid()
+
+    def arm() -> None:
+        if sys.platform.startswith("linux"):
+            try:
+                ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0)
+            except (OSError, AttributeError):
+                pass
+        if os.getppid() != parent:  # the parent died before the signal was armed
+            os._exit(128 + signum)
+
+    return arm
+
+
 def job_env(spec: RunSpec, events_dir: Path, mark: str) -> Dict[str, str]:
     env = dict(os.environ)
     env.update(spec.env)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(BOOT_DIR), env.get("PYTHONPATH", "")) if p)
     env[protocol.ENV_RUN_DIR] = str(events_dir)
     env[protocol.ENV_MARK] = mark
+    env[protocol.ENV_CONDUCTOR] = str(os.getpid())
     env.pop(protocol.ENV_FAULT, None)
     env.pop(protocol.ENV_STOP, None)
     if spec.fault is not None:
@@ -213,10 +235,16 @@ def _run(spec: RunSpec) -> RunResult:
     mark = uuid.uuid4().hex
     env = job_env(spec, events_dir, mark)
     started = time.monotonic()
-    with open(spec.log_dir / "stdout.log", "wb") as out, open(spec.log_dir / "stderr.log", "wb") as err:
+    out, out_log = logcap.pipe_into(spec.log_dir / "stdout.log")
+    err, err_log = logcap.pipe_into(spec.log_dir / "stderr.log")
+    try:
         proc = subprocess.Popen(
-            spec.argv, cwd=spec.cwd, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True
+            spec.argv, cwd=spec.cwd, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True,
+            preexec_fn=die_with_parent(signal.SIGKILL),
         )
+    finally:
+        os.close(out)
+        os.close(err)
     root = psutil.Process(proc.pid)
     timed_out = fault_fired = stopped = False
     survivors: List[int] = []
@@ -239,6 +267,9 @@ def _run(spec: RunSpec) -> RunResult:
     finally:
         survivors = kill_tree(root, mark)
         proc.wait()
+        out_log.close()
+        err_log.close()
     if not fault_fired and protocol.fault_flags(events_dir):
         fault_fired = True
-    return RunResult(spec, proc.returncode, time.monotonic() - started, timed_out, fault_fired, survivors, stopped)
+    return RunResult(spec, proc.returncode, time.monotonic() - started, timed_out, fault_fired, survivors, stopped,
+                     out_log.error or err_log.error)

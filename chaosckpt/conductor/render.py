@@ -20,6 +20,7 @@ REASONS = {
     "baseline-nondeterministic": "the job is not deterministic, so its trajectory cannot be judged",
     "resume-took-no-steps": "the resumed job trained no further",
     "survivors": "processes of the job survived SIGKILL",
+    "disk-full": "chaosckpt's own disk is full",
 }
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+from chaosckpt.conductor import logcap
 from chaosckpt.conductor.result import Finding, Outcome
 from chaosckpt.conductor.runlog import ProcessLog, RunLog
 
@@ -63,22 +64,55 @@ def first_mismatch(run: List[dict], reference: List[dict], offset: int, toleranc
     return None
 
 
-def digest_table(*logs: Optional[ProcessLog]) -> Dict[str, int]:
-    """Exact parameter digest -> the global step at which that state existed (saves and the initial state)."""
-    table: Dict[str, int] = {}
+class DigestTable(Dict[str, int]):
+    """Exact parameter digest -> the first global step at which that state existed (saves and the initial
+    state), with every step of a digest that recurs and the longest run's steps, to tell those apart."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.steps: Dict[str, List[int]] = {}
+        self.longest: Optional[ProcessLog] = None
+
+    def add(self, digest: str, step: int) -> None:
+        self.setdefault(digest, step)
+        if step not in self.steps.setdefault(digest, []):
+            self.steps[digest].append(step)
+
+    def step_of(self, resumed: ProcessLog) -> Optional[int]:
+        """The global step the resumed process started from; when its digest recurs (NaN, frozen or all-zero
+        parameters), the candidate its own step events agree with: the number of steps it took to finish, then
+        its random streams at its first step. None when that does not single one out."""
+        digest = resumed.first_digest()
+        candidates = self.steps.get(digest, []) if digest is not None else []
+        if len(candidates) <= 1 or self.longest is None:
+            return candidates[0] if candidates else None
+        ref = self.longest.steps
+        by_count = [c for c in candidates if len(ref) - c == len(resumed.steps)]
+        if len(by_count) == 1:
+            return by_count[0]
+        first_rng = resumed.steps[0].get("rng")
+        by_rng = [c for c in by_count or candidates if c < len(ref) and ref[c].get("rng") == first_rng]
+        return by_rng[0] if len(by_rng) == 1 else None
+
+
+def digest_table(*logs: Optional[ProcessLog]) -> DigestTable:
+    """The ``DigestTable`` of these processes' saves and initial states."""
+    table = DigestTable()
     for log in logs:
         if log is None:
             continue
+        if table.longest is None or len(log.steps) > len(table.longest.steps):
+            table.longest = log
         first = log.first_digest()
         if first is not None:
-            table.setdefault(first, 0)
+            table.add(first, 0)
         for save in log.saves:
-            table.setdefault(save.digest, save.step)
+            table.add(save.digest, save.step)
     return table
 
 
 def recovery(resume: RunLog, resume_rc: Optional[int], stderr_tail: str, last_good: Optional[int],
-             table: Dict[str, int]) -> Recovery:
+             table: DigestTable) -> Recovery:
     """Where the resumed job started, from its first parameter digest."""
     trainer = resume.trainer()
     if trainer is None:
@@ -86,8 +120,7 @@ def recovery(resume: RunLog, resume_rc: Optional[int], stderr_tail: str, last_go
         if failed:
             return Recovery("crashed", error=failed[-1]["error"], error_path=failed[-1].get("path"))
         return Recovery("crashed", error=stderr_tail or f"exit status {resume_rc}")
-    digest = trainer.first_digest()
-    step = table.get(digest) if digest is not None else None
+    step = table.step_of(trainer)
     if step is None:
         return Recovery("unknown-state")
     if step == 0 and (last_good or 0) > 0:
@@ -95,6 +128,21 @@ def recovery(resume: RunLog, resume_rc: Optional[int], stderr_tail: str, last_go
     if last_good is None or step >= last_good:
         return Recovery("last-good", step)
     return Recovery("older", step)
+
+
+def loss_findings(reference: Optional[ProcessLog]) -> List[Finding]:
+    """A loss that is NaN or infinite in the uninterrupted run, named: the job trains on nothing a resume could
+    be judged by, and its parameter digests repeat."""
+    for index, step in enumerate(reference.steps if reference is not None else []):
+        bad = [x for x in step.get("loss", []) if not math.isfinite(x)]
+        if bad:
+            return [Finding(
+                "non-finite-loss",
+                f"the uninterrupted run's loss was {bad[0]} from step {index + 1}: the job is not training, so "
+                "its checkpoints all hold the same state; fix the loss (learning rate, data, initialisation) first",
+                {"step": index + 1, "loss": str(bad[0])},
+            )]
+    return []
 
 
 def trajectory(reference: ProcessLog, resume: ProcessLog, start: int, tolerance: float) -> Trajectory:
@@ -216,11 +264,7 @@ def baseline_divergence(faulted: ProcessLog, reference: ProcessLog, tolerance: f
 
 def tail_line(path: Path, limit: int = 300) -> str:
     """The last non-empty line of a log, for an error excerpt."""
-    try:
-        lines = [l for l in path.read_text(errors="replace").splitlines() if l.strip()]
-    except OSError:
-        return ""
-    return lines[-1].strip()[:limit] if lines else ""
+    return logcap.last_line(path, limit)
 
 
 def fault_point(faulted: RunLog) -> Tuple[Optional[ProcessLog], Optional[int]]:

@@ -15,8 +15,8 @@ trial is done when its ``result.json`` exists; ``--resume`` runs the others.
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
+import errno
 import json
 import os
 import random
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Set
 
 from chaosckpt import __version__
-from chaosckpt.conductor import atomic, cache, horizon, scenario as scenarios
+from chaosckpt.conductor import atomic, cache, diskspace, horizon, launcher, leftovers, scenario as scenarios, signals
 from chaosckpt.conductor.errors import ExitCode, exit_code
 from chaosckpt.conductor.result import document
 from chaosckpt.conductor.runlog import RunLog
@@ -42,7 +42,6 @@ FORMAT = 1
 POLL_S = 0.05
 STOP_WAIT_S = 30.0
 """How long an interrupted worker gets to kill its job tree before it is killed itself."""
-PR_SET_PDEATHSIG = 1
 
 
 @dataclass
@@ -77,6 +76,8 @@ class Plan:
     hostname: str = field(default_factory=socket.gethostname)
     horizon: Optional[int] = horizon.DEFAULT
     """Steps compared after each resume point; None: every run to the job's end."""
+    draw: int = 0
+    """Trials per scenario still to be drawn at random points once the reference is in (``--trials``)."""
     state: str = "running"
     """``running`` (or interrupted: the process is gone), ``finished``."""
     format: int = FORMAT
@@ -258,7 +259,9 @@ class Suite:
         with open(spec.parent / "worker.log", "wb") as log:
             return subprocess.Popen(
                 [sys.executable, "-m", "chaosckpt.conductor.suite", str(spec)],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent,
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                preexec_fn=launcher.die_with_parent(signal.SIGINT),  # a killed suite leaves no job behind
+                pass_fds=leftovers.held_fds(self.folder),  # the suite stays locked until its last worker is gone
             )
 
 
@@ -275,19 +278,14 @@ def prepare_reference(folder: Path, plan: Plan, parts: Dict[str, object], fresh:
     """Put the suite's reference run into ``folder/reference`` (see ``cache.reference_into``); a resumed
     suite keeps the one it started with. True when it came from a cache."""
     dest = folder / "reference"
-    if (dest / cache.RUN_FILE).is_file():
-        return True
+    if dest.is_dir():
+        why = cache.damage(dest)
+        if why is None:
+            return True
+        print(f"chaosckpt: the suite's reference run is damaged or unfinished ({why}); fetching it again",
+              file=sys.stderr)
     return cache.reference_into(dest, plan.reference_key, parts, plan.command, Path(plan.workdir), plan.timeout,
                                 [Path(plan.results)], fresh, reference_stop(plan, random))
-
-
-def _die_with_parent() -> None:
-    """In a worker, before exec: get SIGINT when the suite dies, so a killed suite leaves no job behind."""
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGINT, 0, 0, 0)
-        except (OSError, AttributeError):
-            pass
 
 
 def _stop(procs: List[subprocess.Popen]) -> None:
@@ -328,11 +326,18 @@ def _interrupt_once(signum: int, frame: Any) -> None:
 
 
 def main(argv: List[str]) -> int:
+    signals.install()
     signal.signal(signal.SIGINT, _interrupt_once)
     try:
         return worker(Path(argv[0]))
     except KeyboardInterrupt:
         return int(ExitCode.INTERRUPTED)
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise
+        where = Path(exc.filename).parent if isinstance(exc.filename, str) else Path(argv[0]).parent
+        print(f"chaosckpt: inconclusive: {diskspace.describe(where, what='the trial could not write')}", file=sys.stderr)
+        return int(ExitCode.INCONCLUSIVE)
 
 
 if __name__ == "__main__":

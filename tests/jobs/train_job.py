@@ -34,6 +34,7 @@ p.add_argument("--fail", action="store_true", help="exit 1 before training")
 p.add_argument("--sleep", type=float, default=0.0, help="sleep this long before training")
 p.add_argument("--resume-flag", action="store_true", help="resume only when --resumed is given too")
 p.add_argument("--resumed", action="store_true")
+p.add_argument("--nan", action="store_true", help="a loss that is NaN from the first step")
 
 
 class Data(Dataset):
@@ -159,6 +160,8 @@ def main():
             if args.numpy:
                 x = x + 0.01 * float(np.random.randn())
             loss = ((model(x) - y) ** 2).mean()
+            if args.nan:
+                loss = loss * float("nan")
             opt.zero_grad()
             loss.backward()
             opt.step()

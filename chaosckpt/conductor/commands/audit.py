@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import click
 
@@ -64,14 +64,31 @@ def _render(report: Dict[str, Any]) -> List[str]:
     return lines
 
 
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def _size(option: str, value: Optional[str]) -> Optional[int]:
+    """A byte count such as ``4G`` or ``512M`` (powers of 1024), or None."""
+    if value is None:
+        return None
+    text = value.strip().upper().removesuffix("IB").removesuffix("B")
+    unit = text[-1:] if text[-1:] in _UNITS else ""
+    number = text[: len(text) - len(unit)]
+    if not number.isdigit() or int(number) == 0:
+        raise UsageError(f"{option} {value} is invalid: give a size such as 4G, 512M or a number of bytes")
+    return int(number) * _UNITS[unit]
+
+
 @click.command("audit", epilog=EPILOG)
 @click.argument("files", nargs=-1, required=True, metavar="FILE...")
 @click.option("--streams", type=int, default=None, metavar="N",
               help="How many random streams the training loop draws from; fewer RNG states in a file is a finding.")
 @click.option("--ignore", "ignored", multiple=True, metavar="KIND",
               help=f"Do not report findings of this kind (repeatable): {', '.join(KINDS)}.")
+@click.option("--max-inflate", default=None, metavar="SIZE",
+              help="Refuse to inflate any record past SIZE (e.g. 4G; default: 4x the file's size, 16M to 1G).")
 @click.option("--json", "as_json", is_flag=True, help="Print only one JSON document on stdout.")
-def command(files, streams, ignored, as_json):
+def command(files, streams, ignored, max_inflate, as_json):
     """Inspect checkpoint files without running anything from them.
 
     \b
@@ -98,19 +115,22 @@ def command(files, streams, ignored, as_json):
             raise UsageError(f"{name} is a directory; give checkpoint files, e.g. {name.rstrip('/')}/*.pt")
         if not path.exists():
             raise UsageError(f"{name} does not exist")
+        if not path.is_file():
+            raise UsageError(f"{name} is not a regular file (a FIFO, socket or device), so it is no checkpoint; "
+                             "give checkpoint files")
+    limit = _size("--max-inflate", max_inflate)
     from chaosckpt.conductor import audit  # imports torch: only when auditing, so other commands start fast
 
     reports = []
     for name in files:
-        report = audit.audit_file(name, streams=streams)
+        report = audit.audit_file(name, streams=streams, max_inflate=limit)
         report["findings"] = [f for f in report["findings"] if f["kind"] not in ignored]
         report["status"] = "findings" if report["findings"] else "ok"
         reports.append(report)
-    if as_json:
-        click.echo(json.dumps(envelope(files=reports)))
-    else:
-        for report in reports:
+        if not as_json:
             for line in _render(report):
                 click.echo(line)
+    if as_json:
+        click.echo(json.dumps(envelope(files=reports)))
     failed = any(r["findings"] for r in reports)
     sys.exit(int(ExitCode.FAILED if failed else ExitCode.PASSED))

@@ -6,15 +6,16 @@ import json
 import os
 import random
 import shlex
+import sqlite3
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import click
 
 from chaosckpt.conductor import atomic, cache, config as configs, history, horizon as horizons, invocation, keywords
-from chaosckpt.conductor import scenario as scenarios, timestamps
+from chaosckpt.conductor import leftovers, locks, logcap, scenario as scenarios, timestamps
 from chaosckpt.conductor.commands import report as report_command
 from chaosckpt.conductor.envelope import envelope
 from chaosckpt.conductor.errors import EXIT_CODES, ExitCode, UsageError, exit_code
@@ -71,7 +72,7 @@ def _new_plan(conf: configs.SuiteConfig, from_cli: bool, params: Dict[str, Any])
     base = Path(conf.source).parent if conf.source else Path.cwd()
     trials = _plan_trials(conf, base, params)
     results = conf.results.resolve()
-    parts = cache.key_parts(command, resume, workdir, [results])
+    parts = cache.key_parts(command, resume)
     plan = Plan(args=args, command=command, resume_command=resume, resume_option=resume_option, workdir=str(workdir),
                 results=str(results), timeout=float(conf.timeout), tolerance=float(conf.tolerance), nproc=conf.nproc,
                 seed=conf.seed, trials=trials, reference_key=cache.key(parts), created=timestamps.now(),
@@ -119,6 +120,8 @@ class Progress:
 
 
 def _line(item: Finished) -> str:
+    if item.trial is None and item.returncode == ExitCode.INCONCLUSIVE:  # the worker's disk filled up
+        return f"INCONCLUSIVE {item.planned.id}: {logcap.last_line(item.log).removeprefix('chaosckpt: inconclusive: ')}"
     if item.trial is None:
         return f"ERROR {item.planned.id}: the trial's worker exited with status {item.returncode} without a verdict (see {item.log})"
     return f"{item.trial['status'].upper()} {item.planned.id}: {item.trial['headline'].split(': ', 1)[-1]}"
@@ -180,12 +183,16 @@ def command(args, config_path, scenario_names, params, resume_args, resume_cmd, 
     if keyword is not None:
         keywords.matcher(keyword)  # a malformed expression is refused before anything runs
     if resume_suite:
-        suite = _resumed(conf, keep_sandbox, keyword)
+        suite, parts = _resumed(conf, keep_sandbox)
     else:
-        suite = _started(conf, bool(args), dict(scenarios.parse_param(p) for p in params), fresh_reference, keep_sandbox, keyword)
+        suite, parts = _started(conf, bool(args), dict(scenarios.parse_param(p) for p in params), keep_sandbox, keyword)
     plan = suite.plan
-    done = len(plan.trials) - len(suite.pending())
     try:
+        _reference(suite, parts, fresh_reference and not resume_suite, keyword, resume_suite)
+        done = len(plan.trials) - len(suite.pending())
+        if resume_suite:
+            click.echo(f"chaosckpt: resuming suite {suite.folder}: {done} of {len(plan.trials)} trials already done",
+                       err=True)
         with Progress(len(plan.trials), done) as progress:
             finished = suite.run(progress.finished)
     except KeyboardInterrupt:
@@ -201,15 +208,25 @@ def command(args, config_path, scenario_names, params, resume_args, resume_cmd, 
     atomic.write_text(suite.folder / "result.json", json.dumps(document(ran), indent=2) + "\n")
     reports = [html_path or suite.folder / "report.html", junit_path or suite.folder / "junit.xml",
                markdown_path or suite.folder / "summary.md"]
-    report_command.write_reports(results, *reports)
+    _keep_going("the reports", lambda: report_command.write_reports(results, *reports))
     if plan.state == "finished":  # a suite resumed with -k that left trials to run is recorded when they have run
-        history.record(Path(plan.workdir), plan.created, suite.folder, shlex.join(plan.command), plan.chaosckpt, results.trials)
+        _keep_going("the history", lambda: history.record(Path(plan.workdir), plan.created, suite.folder,
+                                                          shlex.join(plan.command), plan.chaosckpt, results.trials))
     if as_json:
         click.echo(json.dumps(_document(results, suite, reports)))
     else:
         _summary(results, finished, time.monotonic() - started, reports)
-    crashed = [f for f in finished if f.trial is None]
-    sys.exit(int(ExitCode.INTERNAL if crashed else exit_code(t.status for t in ran)))
+    crashed = [f for f in finished if f.trial is None and f.returncode != ExitCode.INCONCLUSIVE]
+    full = ["inconclusive" for f in finished if f.trial is None and f.returncode == ExitCode.INCONCLUSIVE]
+    sys.exit(int(ExitCode.INTERNAL if crashed else exit_code([*(t.status for t in ran), *full])))
+
+
+def _keep_going(what: str, write: Callable[[], None]) -> None:
+    """Write ``what``; trouble with it is a warning, so the verdicts and the exit code still come out."""
+    try:
+        write()
+    except (OSError, sqlite3.Error) as exc:
+        click.echo(f"chaosckpt: warning: could not write {what}: {exc}", err=True)
 
 
 def _names(trial: PlannedTrial) -> Tuple[str, str]:
@@ -228,43 +245,61 @@ def _matching(trials: List[PlannedTrial], keyword: str) -> List[PlannedTrial]:
     return chosen
 
 
-def _started(conf, from_cli: bool, params: Dict[str, Any], fresh: bool, keep_sandbox: bool, keyword: Optional[str]) -> Suite:
+def _started(conf, from_cli: bool, params: Dict[str, Any], keep_sandbox: bool,
+             keyword: Optional[str]) -> Tuple[Suite, Dict[str, object]]:
     plan, parts = _new_plan(conf, from_cli, params)
     if keyword is not None and not conf.trials:
         plan.trials = _matching(plan.trials, keyword)  # before the reference runs: a typo costs nothing
     folder = invocation.results_dir(Path(plan.results), "suite")
     click.echo(f"chaosckpt: suite of {len(plan.trials)} scenario(s) on {shlex.join(plan.command)} "
                f"(results in {folder})", err=True)
-    cached = prepare_reference(folder, plan, parts, fresh, random=bool(conf.trials))
+    if conf.trials:
+        plan.draw = conf.trials
+        plan.seed = conf.seed if conf.seed is not None else random.randrange(2**31)
+    suite = Suite(folder, plan, jobs=conf.jobs, keep_sandbox=keep_sandbox)
+    suite.save_plan()  # before the reference run, so a suite killed during it can be resumed
+    return suite, parts
+
+
+def _reference(suite: Suite, parts: Dict[str, object], fresh: bool, keyword: Optional[str], resumed: bool) -> None:
+    """The suite's reference run, then the random fault points drawn from it (once), and ``-k`` on a resume."""
+    plan = suite.plan
+    cached = prepare_reference(suite.folder, plan, parts, fresh, random=bool(plan.draw))
     click.echo("chaosckpt: reference run " + ("reused from the cache" if cached else "done") +
                f" (key {plan.reference_key[:12]})", err=True)
-    if conf.trials:
-        seed = conf.seed if conf.seed is not None else random.randrange(2**31)
-        saves = completed_saves(folder / "reference")
-        drawn = [t for base in plan.trials for t in random_points(base, conf.trials, seed, saves, trigger_keys(base.scenario))]
-        plan.trials, plan.seed = drawn, seed
-        click.echo(f"chaosckpt: {len(drawn)} trial(s) at random fault points, --seed {seed}", err=True)
+    if plan.draw:
+        saves = completed_saves(suite.folder / "reference")
+        plan.trials = [t for base in plan.trials
+                       for t in random_points(base, plan.draw, plan.seed, saves, trigger_keys(base.scenario))]
+        plan.draw = 0
+        click.echo(f"chaosckpt: {len(plan.trials)} trial(s) at random fault points, --seed {plan.seed}", err=True)
         if keyword is not None:
-            plan.trials = _matching(drawn, keyword)
-    suite = Suite(folder, plan, jobs=conf.jobs, keep_sandbox=keep_sandbox)
-    suite.save_plan()
-    return suite
+            plan.trials = _matching(plan.trials, keyword)
+        suite.save_plan()
+    elif keyword is not None and resumed:
+        suite.selected = {t.id for t in _matching(suite.pending(), keyword)}
 
 
-def _resumed(conf, keep_sandbox: bool, keyword: Optional[str]) -> Suite:
-    folder = _interrupted(conf.results.resolve())
+def _resumed(conf, keep_sandbox: bool) -> Tuple[Suite, Dict[str, object]]:
+    results = conf.results.resolve()
+    leftovers.report(results)
+    folder = _interrupted(results)
+    try:
+        leftovers.claim(folder)
+    except locks.Busy as exc:
+        raise UsageError(f"suite {folder} is being run by another chaosckpt (pid {exc.pid or 'unknown'}); wait for "
+                         "it to finish, or stop it and run chaosckpt suite --resume again") from None
     suite = Suite.open(folder, jobs=conf.jobs, keep_sandbox=keep_sandbox)
     plan = suite.plan
-    parts = cache.key_parts(plan.command, plan.resume_command, Path(plan.workdir), [Path(plan.results)])
-    if cache.key(parts) != plan.reference_key:
-        raise UsageError(f"the job, its files or its environment changed since suite {folder.name} started, so its "
-                         "finished trials no longer describe it; run chaosckpt suite without --resume")
-    prepare_reference(folder, plan, parts, fresh=False)
-    click.echo(f"chaosckpt: resuming suite {folder}: {len(plan.trials) - len(suite.pending())} of "
-               f"{len(plan.trials)} trials already done", err=True)
-    if keyword is not None:
-        suite.selected = {t.id for t in _matching(suite.pending(), keyword)}
-    return suite
+    parts = cache.key_parts(plan.command, plan.resume_command)
+    reference = folder / "reference"
+    changed = "the job or its environment changed" if cache.key(parts) != plan.reference_key else None
+    if changed is None and (reference / cache.INPUTS).is_file():
+        changed = cache.inputs_changed(reference, Path(plan.workdir), [Path(plan.results)], plan.command)
+    if changed:
+        raise UsageError(f"{changed} since suite {folder.name} started, so its finished trials no longer describe "
+                         "the job; run chaosckpt suite without --resume")
+    return suite, parts
 
 
 def _document(results: stored.Results, suite: Suite, reports: List[Path]) -> Dict[str, Any]:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
-from chaosckpt.conductor import launcher, sandbox
+from chaosckpt.conductor import diskspace, launcher, sandbox
 from chaosckpt.conductor.launcher import RunResult, RunSpec
 from chaosckpt.conductor.result import RunRecord, Trial
 from chaosckpt.conductor.scenario import Scenario
@@ -58,6 +58,9 @@ class Context:
                 stop=stop,
             )
         )
+        if (result.returncode or result.log_error) and diskspace.hit_full_disk(
+                result.stderr, result.events_dir, self.scenario.fault in ("enospc", "disk-full"), result.log_error):
+            raise Stop("disk-full", diskspace.describe(self.opts.results_dir, what=f"the {name} run could not write"))
         if result.timed_out and stop_on_timeout:
             raise Stop("timeout", f"the {name} run did not finish within {self.opts.timeout_s:g} s (see {result.stderr})")
         if result.survivors:

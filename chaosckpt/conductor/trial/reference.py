@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from chaosckpt.conductor import cache, horizon, score
+from chaosckpt.conductor import cache, diskspace, horizon, score
 from chaosckpt.conductor.runlog import RunLog
 from chaosckpt.conductor.trial.context import Context
 from chaosckpt.conductor.trial.options import Stop
@@ -34,6 +34,8 @@ def reference(ctx: Context) -> RunLog:
             "no event came from the job, so nothing can be scored; the agent needs a Python job that keeps "
             "PYTHONPATH (python -I and -E ignore it)" + exit_note,
         )
+    if record.returncode and diskspace.hit_full_disk(stderr, Path(record.events), False):
+        raise Stop("disk-full", diskspace.describe(opts.results_dir, what="the reference run could not write"))
     if record.returncode != 0 and not record.stopped:
         raise Stop(
             "reference-failed",

@@ -3,7 +3,7 @@ aftermath, resume and score), the headline last; the sandboxes go whatever happe
 
 from __future__ import annotations
 
-from chaosckpt.conductor import render, sandbox, score
+from chaosckpt.conductor import diskspace, render, sandbox, score
 from chaosckpt.conductor.result import Trial
 from chaosckpt.conductor.scenario import Scenario
 from chaosckpt.conductor.trial.aftermath import power_loss
@@ -52,8 +52,12 @@ class TrialRunner:
     def _run(self) -> None:
         ctx = self.ctx
         ref_log = reference(ctx)
+        full = diskspace.preflight(self.opts.results_dir, self.opts.workdir, self.opts.exclude, ref_log)
+        if full:
+            raise Stop("disk-full", full)
         ref = ref_log.trainer()
         self.trial.findings.extend(score.content_findings(ref))
+        self.trial.findings.extend(score.loss_findings(ref))
         place(ctx, ref_log)
         armed = arm(ctx, ref_log)
         run = faulted(ctx, armed, ref_log)

@@ -1,0 +1,48 @@
+"""A noisy job's logs are capped, head and tail kept, and their last line read from the end (issue 16 item 6)."""
+
+from __future__ import annotations
+
+import sys
+
+from chaosckpt.conductor import launcher, logcap, score
+from chaosckpt.conductor.launcher import RunSpec
+
+NOISY = """
+import sys
+sys.stderr.write("first line\\n")
+block = ("x" * 1023 + "\\n") * 1024
+for _ in range(40):
+    sys.stderr.write(block)
+sys.stderr.write("the last words\\n")
+"""
+
+
+def test_a_job_writing_40_mb_to_stderr_leaves_a_capped_log_with_its_head_its_tail_and_the_bytes_dropped(tmp_path):
+    total = len("first line\n") + 40 * 1024 * 1024 + len("the last words\n")
+    result = launcher.launch(RunSpec("noisy", [sys.executable, "-c", NOISY], tmp_path, tmp_path / "log", 60))
+
+    assert result.returncode == 0
+    data = result.stderr.read_bytes()
+    dropped = total - logcap.HEAD - logcap.TAIL
+    note = (f"\n[chaosckpt: {dropped} bytes of output dropped here; the first {logcap.HEAD} and the last "
+            f"{logcap.TAIL} bytes are kept]\n").encode()
+    assert len(data) == logcap.HEAD + len(note) + logcap.TAIL
+    assert data.startswith(b"first line\n") and note in data and data.endswith(b"the last words\n")
+    assert score.tail_line(result.stderr) == "the last words"
+
+
+def test_a_short_log_is_kept_whole(tmp_path):
+    result = launcher.launch(RunSpec("quiet", [sys.executable, "-c", "print('hello'); import sys; "
+                                               "sys.stderr.write('oops\\n'); sys.exit(3)"],
+                                     tmp_path, tmp_path / "log", 60))
+    assert result.returncode == 3
+    assert result.stdout.read_text() == "hello\n" and result.stderr.read_text() == "oops\n"
+
+
+def test_the_last_line_is_read_from_the_end_of_a_large_log(tmp_path):
+    path = tmp_path / "big.log"
+    with open(path, "wb") as f:
+        f.truncate(1 << 30)  # a 1 GiB sparse file: reading it whole would take a GiB of memory
+        f.seek(0, 2)
+        f.write(b"\nRuntimeError: the end\n\n")
+    assert logcap.last_line(path) == "RuntimeError: the end"
