@@ -9,7 +9,7 @@ import pytest
 
 from chaosckpt.conductor import launcher
 from chaosckpt.conductor.runlog import RunLog
-from conftest import run_chaosckpt
+from conftest import project_with, run_chaosckpt
 
 pytestmark = pytest.mark.e2e
 
@@ -190,3 +190,15 @@ def test_tempfile_move_and_rmtree_are_journaled(tmp_path):
     assert written and synced and synced[-1]["size"] == sum(o["len"] for o in written)
     removed = [(o["op"], Path(o["path"]).name) for o in ops if o["op"] in ("unlink", "rmdir")]
     assert ("unlink", "a.pt") in removed and ("rmdir", "old") in removed
+
+
+def test_sweep_of_the_bundled_robust_example_passes(tmp_path):
+    """Regression: its checkpoint holds numpy and Python RNG states, which weights_only=True refuses to load."""
+    project = project_with(tmp_path, Path(__file__).resolve().parent.parent / "examples" / "robust_train.py")
+    rc, t = trial(project, tmp_path, "kill9-mid-save", "--sweep", "--max-resumes", "1", "--", "--epochs", "3")
+    assert rc == 0, t["headline"]
+    (summary,) = [f for f in t["findings"] if f["kind"] == "sweep"]
+    assert summary["unloadable_states"] == []
+    for point in t["sweep"]:
+        (last,) = [f for f in point["files"] if f["path"] == "ckpt/last.pt"]
+        assert last["loads"] is True and "weights_only=False" in last["note"], point

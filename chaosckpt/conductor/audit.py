@@ -288,6 +288,7 @@ class _Unpickler(pickle.Unpickler):
             module, name = _compat_pickle.NAME_MAPPING[(module, name)]
         module = _compat_pickle.IMPORT_MAPPING.get(module, module)
         qualname = f"{module}.{name}"
+        self._log.globals.add(qualname)
         allowed = _ALLOWED.get(qualname)
         if allowed is None:
             allowed = _torch_attribute(module, name)
@@ -308,6 +309,8 @@ class PickleLog:
 
     def __init__(self) -> None:
         self.names: List[str] = []
+        self.globals: set = set()
+        """Every global the pickle named, allowlisted or not."""
         self.calls: List[Tuple[str, tuple]] = []
         self._classes: Dict[str, type] = {}
 
@@ -316,6 +319,10 @@ class PickleLog:
             self.names.append(qualname)
             self._classes[qualname] = type(qualname, (PickledObject,), {"pickled_name": qualname, "calls": self.calls})
         return self._classes[qualname]
+
+    def beyond_weights_only(self) -> List[str]:
+        """Globals that ``torch.load(weights_only=True)`` refuses by default: numpy's and every placeholder."""
+        return sorted(n for n in self.globals if n in self.names or n.split(".")[0] == "numpy")
 
     def findings(self) -> List[Dict[str, Any]]:
         """``unsafe-pickle`` for callables that run commands or code, ``pickled-objects`` for the rest."""

@@ -105,6 +105,8 @@ def check_states(sweep: Sweep, roots: List[str], scratch: Path, checker: LoadChe
                     f["progress"] = check["progress"]
                 elif not check["ok"]:
                     f["error"] = check["error"]
+                if check.get("note"):
+                    f["note"] = check["note"]
     return results
 
 
