@@ -40,6 +40,7 @@ class Recorder:
         self._optimizers: List[weakref.ref] = []
         self._primary: Optional[weakref.ref] = None
         self._pending_losses: List[torch.Tensor] = []
+        self._step_fields: Optional[Dict[str, object]] = None  # measured before the step, sent when it returns
         self._scaled: Dict[int, torch.Tensor] = {}
         self._need_digest = True
         self.saving = False  # inside a save: saves it makes itself (DCP's items) are part of it
@@ -121,7 +122,7 @@ class Recorder:
         return losses
 
     def on_step(self, optimizer: torch.optim.Optimizer) -> None:
-        """Optimizer pre-step hook: one ``step`` event per step of the primary optimizer."""
+        """Optimizer pre-step hook: the state the step starts from (digest, RNG, modes) of the primary optimizer."""
         if not self.enabled:
             return
         self.fire_pending()
@@ -129,8 +130,22 @@ class Recorder:
             self._primary = weakref.ref(optimizer)
         elif self._primary() is not optimizer:
             return
+        self._end_step()  # a step whose optimizer.step() raised: booked without waiting for it
         self.step += 1
         self.guarded(self._record_step, optimizer)
+
+    def on_step_end(self, optimizer: torch.optim.Optimizer) -> None:
+        """Optimizer post-step hook: the step is known now, with the losses its closure computed (Lightning, LBFGS)."""
+        if self.enabled and self._primary is not None and self._primary() is optimizer:
+            self._end_step()
+
+    def _end_step(self) -> None:
+        fields, self._step_fields = self._step_fields, None
+        if fields is not None:
+            self.guarded(self._emit_step, fields)
+
+    def _emit_step(self, fields: Dict[str, object]) -> None:
+        self.emit("step", **fields, loss=self._take_losses())
 
     def _record_step(self, optimizer: torch.optim.Optimizer) -> None:
         params = self.params()
@@ -144,7 +159,6 @@ class Recorder:
         fields = {
             "step": self.step,
             "opt": self._index_of(optimizer),
-            "loss": self._take_losses(),
             "pfp": pfp,
             "psum": psum,
             "rng": rng,
@@ -155,7 +169,7 @@ class Recorder:
         if self._need_digest:
             fields["digest"] = fingerprint.exact_digest(params)
             self._need_digest = False
-        self.emit("step", **fields)
+        self._step_fields = fields
 
     def on_scaler_update(self) -> None:
         """A GradScaler step that found inf/NaN skipped the optimizer: record its loss all the same."""
