@@ -484,14 +484,17 @@ def load(path: Union[str, Path]) -> Loaded:
         raise AuditError(f"not a readable pickle ({type(exc).__name__}: {detail}): torn, damaged or not a checkpoint") from None
 
 
-def audit_file(path: Union[str, Path], *, streams: Union[int, Sequence[str], None] = None) -> Dict[str, Any]:
-    """Audit one file: ``{"path", "bytes", "file_format", "contents", "findings"}`` (contents None when unreadable)."""
+def audit_file(path: Union[str, Path], *, streams: Union[int, Sequence[str], None] = None,
+               training: Optional[bool] = None) -> Dict[str, Any]:
+    """Audit one file: ``{"path", "bytes", "file_format", "contents", "findings"}`` (contents None when unreadable).
+
+    ``training``: the file is meant to resume training from (None: when it carries optimizer state)."""
     size = os.path.getsize(path)
     try:
         loaded = load(path)
     except AuditError as exc:
         return {"path": str(path), "bytes": size, "file_format": None, "contents": None, "findings": [
             {"kind": "unreadable-checkpoint", "message": f"cannot be loaded: {exc}", "error": str(exc)}]}
-    result = checkpoint_content.analyse(loaded.obj, streams=streams)
+    result = checkpoint_content.analyse(loaded.obj, streams=streams, training=training)
     return {"path": str(path), "bytes": size, "file_format": loaded.format, "contents": result["contents"],
             "findings": loaded.log.findings() + result["findings"]}
