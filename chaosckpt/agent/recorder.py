@@ -166,6 +166,8 @@ class Recorder:
         in_eval = self.modes.in_eval()
         if in_eval:
             fields["eval"] = in_eval
+        if self.step == 1 and self.streams.aliases:
+            fields["aliases"] = self.streams.aliases
         if self._need_digest:
             fields["digest"] = fingerprint.exact_digest(params)
             self._need_digest = False

@@ -147,15 +147,19 @@ def rng_findings(reference: ProcessLog, resume: ProcessLog, start: int, modes_di
         if len({s.get("rng", {}).get(name) for s in reference.steps}) > 1
         and not (modes_differ and (name == "torch" or name.startswith("cuda:")))
     }
+    aliases = reference.steps[0].get("aliases", {}) if reference.steps else {}
     out = []
     for name in sorted(drawn):
         if ours.get(name) != theirs.get(name):
+            evidence = {"stream": name, "step": start + 1}
+            if aliases.get(name):
+                evidence["aliases"] = aliases[name]
             out.append(
                 Finding(
                     "rng-not-restored",
                     f"the {STREAM_NAMES.get(name, name)} random stream was not restored: at step {start + 1} its "
                     f"state differs from the uninterrupted run's; save and restore it in the checkpoint",
-                    {"stream": name, "step": start + 1},
+                    evidence,
                 )
             )
     return out
