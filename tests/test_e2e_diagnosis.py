@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from conftest import run_chaosckpt
@@ -43,6 +45,10 @@ def test_the_loader_generator_left_unrestored_is_named_by_where_it_is_held(proje
     (stream,) = by_kind(t, "rng-not-restored")
     assert stream["stream"] == LOADER and stream["aliases"] == ["torch.Generator at RandomSampler.generator"]
     assert " = " not in stream["message"] and "RandomSampler" not in stream["message"]  # one name; aliases in evidence
+    (order,) = by_kind(t, "epoch-order-replayed")  # a RandomSampler has no epoch: its generator is the cause
+    assert "generator" in order["message"] and "set_state()" in order["message"]
+    assert "set_epoch" not in order["message"] and "epoch None" not in order["message"]
+    assert "None" not in json.dumps(t["findings"]) + t["headline"]
 
 
 def test_numpy_state_left_unrestored_is_named(project, tmp_path):
