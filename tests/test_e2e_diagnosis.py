@@ -34,6 +34,13 @@ def test_eval_left_on_fails_a_job_that_never_calls_train(project, tmp_path):
     assert "trained in eval mode" in t["headline"]
 
 
+def test_eval_left_on_still_names_every_stream_the_resume_left_unrestored(project, tmp_path):
+    """Regression: under eval-left-on, dropout's missing draws hid an unrestored torch stream."""
+    rc, t = trial(project, tmp_path, "eval-left-on", "--numpy", "--restore", "loader")
+    assert rc == 1 and t["outcome"] == "last-good" and by_kind(t, "eval-mode-in-training")
+    assert sorted(f["stream"] for f in by_kind(t, "rng-not-restored")) == ["numpy", "python", "torch"]
+
+
 def test_eval_left_on_passes_a_job_that_calls_train(project, tmp_path):
     rc, t = trial(project, tmp_path, "eval-left-on", "--train-call")
     assert rc == 0 and t["reproduced"] is True and t["findings"] == []

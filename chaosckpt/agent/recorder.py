@@ -41,6 +41,7 @@ class Recorder:
         self._primary: Optional[weakref.ref] = None
         self._pending_losses: List[torch.Tensor] = []
         self._step_fields: Optional[Dict[str, object]] = None  # measured before the step, sent when it returns
+        self._fetch_rng: Optional[Dict[str, str]] = None
         self._scaled: Dict[int, torch.Tensor] = {}
         self._need_digest = True
         self.saving = False  # inside a save: saves it makes itself (DCP's items) are part of it
@@ -147,6 +148,15 @@ class Recorder:
     def _emit_step(self, fields: Dict[str, object]) -> None:
         self.emit("step", **fields, loss=self._take_losses())
 
+    def on_batch(self) -> None:
+        """A DataLoader hands out a batch: at the step's first, note the device streams before its forward draws."""
+        if self.enabled and self._fetch_rng is None:
+            self.guarded(self._note_fetch_rng)
+
+    def _note_fetch_rng(self) -> None:
+        self._fetch_rng = {k: v for k, v in fingerprint.rng_fingerprints().items()
+                           if k == "torch" or k.startswith("cuda:")}
+
     def _record_step(self, optimizer: torch.optim.Optimizer) -> None:
         params = self.params()
         if self.step == 1:
@@ -163,6 +173,8 @@ class Recorder:
             "psum": psum,
             "rng": rng,
         }
+        if self._fetch_rng is not None:
+            fields["rng_fetch"], self._fetch_rng = self._fetch_rng, None
         in_eval = self.modes.in_eval()
         if in_eval:
             fields["eval"] = in_eval
