@@ -65,3 +65,16 @@ def test_numpy_state_left_unrestored_is_named(project, tmp_path):
     (bloat,) = by_kind(t, "checkpoint-view-bloat")
     assert bloat["path"] == "head" and bloat["stored_bytes"] >= 1000 * bloat["view_bytes"]
     assert bloat["saves"] == [1, 2, 3]
+
+
+def test_a_resume_that_exits_non_zero_after_its_load_leads_the_headline(project, tmp_path):
+    """Regression: the headline said "diverged at step N" for a resume that crashed in a later save."""
+    rc, t = trial(project, tmp_path, "kill9-mid-save", "--fail-save-after-resume")
+    assert rc == 1 and t["outcome"] == "last-good" and t["recovered_step"] == 8
+    (exited,) = by_kind(t, "resume-exited")
+    # the interrupted save left ckpt/last.pt.tmp, so the resume's first rename works and its second fails
+    assert (exited["exception"], exited["function"], exited["step"], exited["returncode"]) == (
+        "FileNotFoundError", "save", 24, 1)
+    assert t["headline"].startswith("FAILED kill9-mid-save: the resumed run exited with status 1 on FileNotFoundError: ")
+    assert "after step 24 in save() (train.py line " in t["headline"]
+    assert t["headline"].endswith("it had resumed from the last good checkpoint (step 8)")

@@ -291,6 +291,14 @@ class Recorder:
             obj.eval()
             self.emit("fault", fault="eval", save=fault.save, module=type(obj).__name__)
 
+    def uncaught(self, exc: BaseException) -> None:
+        """The job is ending on an exception: which one, after how many steps, through which frames."""
+        import traceback
+
+        frames = traceback.extract_tb(exc.__traceback__)[-30:]
+        self.emit("uncaught", exc=type(exc).__name__, error=_one_line(exc), step=self.step,
+                  frames=[{"file": f.filename, "line": f.lineno, "func": f.name} for f in frames])
+
     def hello(self) -> None:
         argv = list(getattr(sys, "orig_argv", sys.argv))
         self.emit(

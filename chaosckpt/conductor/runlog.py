@@ -43,6 +43,8 @@ class ProcessLog:
     ops: List[Event] = field(default_factory=list)
     passes: List[Event] = field(default_factory=list)
     """``sampler`` events: one per DataLoader pass, in order."""
+    uncaught: Optional[Event] = None
+    """The exception the process ended on, if it ended on one."""
 
     def first_digest(self) -> Optional[str]:
         return self.steps[0].get("digest") if self.steps else None
@@ -79,6 +81,8 @@ def _process(events: List[Event]) -> ProcessLog:
             log.ops.append(e)
         elif kind == "sampler":
             log.passes.append(e)
+        elif kind == "uncaught":
+            log.uncaught = e
     return log
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional
 
-from chaosckpt.conductor import arming, cache, crash, launcher, ranks, render, sandbox, score, sweep
+from chaosckpt.conductor import arming, cache, crash, exits, launcher, ranks, render, sandbox, score, sweep
 from chaosckpt.conductor.loadcheck import LoadChecker
 from chaosckpt.conductor.launcher import RunResult, RunSpec
 from chaosckpt.conductor.result import Finding, Reason, RunRecord, Trial
@@ -236,13 +236,19 @@ class TrialRunner:
                 raise _Stop("timeout", f"the resume run did not finish within {self.opts.timeout_s:g} s"
                             + (f": {ranks.where(trial.ranks)}" if trial.ranks else "") + f" (see {resume.stderr})")
             trial.findings.append(ranks.hung(trial.ranks, self.opts.timeout_s))
+        # a resume that exits non-zero after its load: the exit leads the verdict (#10 item 4)
+        starts = {r["rank"]: r["recovered_step"] for r in trial.ranks} if trial.ranks else {0: trial.recovered_step}
+        exited = None if resume.timed_out or rec.outcome == "crashed" else exits.resume_exit(
+            resume_log, resume.returncode, starts, score.tail_line(resume.stderr))
+        if exited is not None:
+            trial.findings.insert(0, exited)
         recovered_ok = trial.outcome in self.scenario.expect.recovered
         if recovered_ok and baseline is not None and self.scenario.expect.reproduced:
             raise _Stop("baseline-nondeterministic", f"the faulted run differed from the uninterrupted one at step "
                         f"{baseline}, before the fault; seed every random stream and use deterministic algorithms")
         if recovered_ok and self.scenario.expect.reproduced and trial.reproduced is None:
             raise _Stop("resume-took-no-steps", f"the resumed job exited with status {resume.returncode} without a step")
-        passed = ranks_ok and recovered_ok and (trial.reproduced or not self.scenario.expect.reproduced)
+        passed = ranks_ok and recovered_ok and exited is None and (trial.reproduced or not self.scenario.expect.reproduced)
         trial.status = "passed" if passed else "failed"
 
     def _power_loss(self, disk: "crash.Disk", faulted: RunLog, roots: List[str], work: Path) -> None:

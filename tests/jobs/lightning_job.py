@@ -1,0 +1,55 @@
+"""A small Lightning job: ModelCheckpoint(save_last=True) every epoch, resumed with fit(ckpt_path="last").
+
+Tiny model, synthetic data, CPU, deterministic. Lightning restores the model, the optimizer, the loop's
+position and (for a map-style dataset with shuffle) the sampler's epoch; it does not save or restore the
+global torch random stream, so a job that draws from it (dropout, --dropout) diverges after a resume.
+"""
+
+import argparse
+import os
+import warnings
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+import lightning as L
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+p = argparse.ArgumentParser()
+p.add_argument("--epochs", type=int, default=4)
+p.add_argument("--dropout", type=float, default=0.0, help="draw from the global torch stream in every step")
+p.add_argument("--ckpt-dir", default="ckpt")
+
+
+class Net(L.LightningModule):
+    def __init__(self, dropout):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Dropout(dropout), nn.Linear(16, 1))
+
+    def training_step(self, batch, _):
+        x, y = batch
+        return nn.functional.mse_loss(self.net(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.05)
+
+
+def main():
+    args = p.parse_args()
+    warnings.filterwarnings("ignore")
+    L.seed_everything(0, verbose=False)
+    g = torch.Generator().manual_seed(1234)
+    x = torch.randn(64, 8, generator=g)
+    data = TensorDataset(x, x.sum(1, keepdim=True))
+    loader = DataLoader(data, batch_size=16, shuffle=True, generator=torch.Generator().manual_seed(0))
+    trainer = L.Trainer(
+        max_epochs=args.epochs, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+        enable_model_summary=False, deterministic=True,
+        callbacks=[ModelCheckpoint(dirpath=args.ckpt_dir, save_last=True, every_n_epochs=1)],
+    )
+    trainer.fit(Net(args.dropout), loader, ckpt_path="last")
+
+
+if __name__ == "__main__":
+    main()
