@@ -202,3 +202,13 @@ def test_sweep_of_the_bundled_robust_example_passes(tmp_path):
     for point in t["sweep"]:
         (last,) = [f for f in point["files"] if f["path"] == "ckpt/last.pt"]
         assert last["loads"] is True and "weights_only=False" in last["note"], point
+
+
+def test_power_loss_reports_a_copy_of_the_checkpoint_it_emptied(project, tmp_path):
+    """Regression: shutil.copyfile(checkpoint, best), as pytorch/examples' ImageNet does, lost without a word."""
+    rc, t = trial(project, tmp_path, "power-loss", "--", "--epochs", "3", "--copy-best")
+    assert rc == 1 and t["outcome"] == "last-good" and t["reproduced"] is True  # the checkpoint itself survived
+    (lost,) = [f for f in t["findings"] if f["kind"] == "acknowledged-checkpoint-lost"]
+    assert (lost["path"], lost["copy_of"], lost["step"]) == ("ckpt/best.pt", "ckpt/last.pt", 16)
+    assert lost["missing"].startswith("its data was not fsynced (0 of ")
+    assert t["headline"].startswith("FAILED power-loss: ckpt/best.pt, the copy of the checkpoint of step 16")

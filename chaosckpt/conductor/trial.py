@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional
 
-from chaosckpt.conductor import arming, cache, crash, exits, launcher, ranks, render, sandbox, score, sweep
+from chaosckpt.conductor import arming, cache, copies, crash, exits, launcher, ranks, render, sandbox, score, sweep
 from chaosckpt.conductor.loadcheck import LoadChecker
 from chaosckpt.conductor.launcher import RunResult, RunSpec
 from chaosckpt.conductor.result import Finding, Reason, RunRecord, Trial
@@ -209,6 +209,9 @@ class TrialRunner:
         trial.findings.extend(self._save_findings(proc, completed, work))
         if disk is not None and scen.fault == "power-loss" and completed and rec.outcome != "last-good":
             trial.findings.append(self._lost_checkpoint(completed[-1], faulted_log.ops(), disk, work))
+        if disk is not None and scen.fault == "power-loss" and completed:  # copies it took too (#10 item 7)
+            trial.findings.extend(copies.lost(completed[-1], faulted_log.ops(), disk, self.scenario.trigger.model,
+                                              lambda p: self._rel(p, work) or p))
 
         baseline = score.baseline_divergence(faulted_log.trainer() or proc, ref, self.opts.tolerance)
         if baseline is not None:
@@ -248,7 +251,8 @@ class TrialRunner:
                         f"{baseline}, before the fault; seed every random stream and use deterministic algorithms")
         if recovered_ok and self.scenario.expect.reproduced and trial.reproduced is None:
             raise _Stop("resume-took-no-steps", f"the resumed job exited with status {resume.returncode} without a step")
-        passed = ranks_ok and recovered_ok and exited is None and (trial.reproduced or not self.scenario.expect.reproduced)
+        lost = any(f.kind == "acknowledged-checkpoint-lost" for f in trial.findings)
+        passed = ranks_ok and recovered_ok and exited is None and not lost and (trial.reproduced or not self.scenario.expect.reproduced)
         trial.status = "passed" if passed else "failed"
 
     def _power_loss(self, disk: "crash.Disk", faulted: RunLog, roots: List[str], work: Path) -> None:
