@@ -54,7 +54,8 @@ def headline(trial: Trial) -> str:
         return f"{verdict} {name}: {exited.message}; {_resumed_from(trial)}"
     copy = next((f for f in trial.findings if f.kind == "acknowledged-checkpoint-lost" and "copy_of" in f.details), None)
     if copy is not None and not trial.passed and outcome == "last-good":
-        return f"{verdict} {name}: {copy.message}; the resume itself {_resumed_from(trial)[3:]}"
+        return (f"{verdict} {name}: {copy.message}; the checkpoint itself survived and the job resumed from it "
+                f"(step {trial.recovered_step})")
     split = next((f for f in trial.findings if f.kind == "ranks-disagree"), None)
     if split is not None and not trial.passed:
         return f"{verdict} {name}: {split.message}; {last_good}"
