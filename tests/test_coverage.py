@@ -24,6 +24,10 @@ class FakeRecorder:
         self.step = 0
         self.enabled = True
         self.events = []
+        self.batches = 0
+
+    def on_batch(self):
+        self.batches += 1
 
     def emit(self, kind, **fields):
         self.events.append({"t": kind, **json.loads(json.dumps(fields))})
@@ -50,6 +54,7 @@ def test_each_pass_records_epoch_and_indices_in_order(rec):
     list(loader)
     orders = [(e["epoch"], e["step"], e["indices"]) for e in rec.events]
     assert orders == [(0, 0, [4, 7, 2, 1]), (0, 0, [4, 7, 2, 1]), (1, 8, [5, 2, 7, 1])]
+    assert rec.batches == 3 * (2 + 1)  # the recorder hears of every batch (and each pass's end)
     first = rec.events[0]
     assert (first["sampler"], first["size"], first["replicas"], first["srank"], first["shuffle"]) == (
         "DistributedSampler", 8, 2, 0, True)
