@@ -6,7 +6,8 @@ Lightning's ModelCheckpoint writes each checkpoint through a temporary file and 
   written. With ``save_last=True`` it is a second save, and a job killed during the first epoch's
   ``last.ckpt`` save finds none and starts from scratch although ``epoch=0-step=N.ckpt`` is complete;
 - the random streams the loop draws from (the DataLoader's generator, torch's global stream for
-  dropout) go into the checkpoint, through a callback: Lightning saves neither.
+  dropout) go into the checkpoint, through a callback: Lightning saves neither;
+- ``self.train()`` at the start of every epoch: Lightning keeps the train/eval mode a module is in.
 
 Run it under chaosckpt:  chaosckpt run examples/lightning_train.py --scenario kill9-mid-save
 (needs ``pip install lightning``)
@@ -32,6 +33,9 @@ class Net(L.LightningModule):
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.05)
+
+    def on_train_epoch_start(self):
+        self.train()  # Lightning keeps the mode a module is in: one restored or validated in eval mode would stay so
 
 
 class RandomStreams(Callback):
