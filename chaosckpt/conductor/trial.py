@@ -353,10 +353,7 @@ class TrialRunner:
 
     def _lost_checkpoint(self, save, ops: List[dict], disk: "crash.Disk", work: Path) -> Finding:
         """The acknowledged checkpoint the power loss took, named with the fsync it lacked."""
-        path = save.path
-        for op in ops:
-            if op["op"] == "rename" and op["src"] == path and op["ts"] >= save.ts:
-                path = op["dst"]
+        path = copies.final_path(save, ops)
         model = self.scenario.trigger.model
         name = self._rel(path, work) or "a file object"
         files = sorted(p for p in disk.names if path and p.startswith(path + os.sep)) if save.path else []
