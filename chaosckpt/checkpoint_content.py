@@ -147,6 +147,7 @@ class _Walk:
         self.rng: List[Dict[str, str]] = []
         self.progress: List[Dict[str, Any]] = []
         self.loaders: List[Dict[str, str]] = []
+        self.optimizers: List[str] = []
 
     def tensor(self, t: torch.Tensor, path: str, top: str) -> None:
         self.tensors += 1
@@ -197,6 +198,8 @@ class _Walk:
                 if id(value) in seen:
                     continue
                 seen.add(id(value))
+                if "state" in value and "param_groups" in value:
+                    self.optimizers.append(path or "<root>")
                 internal = internal or _is_internal(value)
                 if not internal and path and any(k in value for k in _STATEFUL_LOADER_KEYS):
                     self.loader(path)
@@ -237,7 +240,8 @@ def scan(obj: Any) -> Dict[str, Any]:
     Keys: ``bytes`` (unique tensor storage bytes in all), ``tensors``, ``keys`` (per top-level key:
     ``key``, ``bytes`` of the unique storages under it, ``tensors``), ``bloat`` (storages much larger
     than their saved views), ``rng_states`` (``path``, ``kind``), ``progress`` (step/epoch-like
-    integers: ``path``, ``name``, ``value``) and ``loader_states`` (``path``). Containers are dicts,
+    integers: ``path``, ``name``, ``value``), ``loader_states`` (``path``) and ``optimizer_states`` (paths
+    of optimizer state dicts: what makes a file a training checkpoint, not just weights). Containers are dicts,
     mappings, lists and tuples; other objects are not looked into.
     """
     walk = _Walk()
@@ -258,6 +262,7 @@ def scan(obj: Any) -> Dict[str, Any]:
         "rng_states": walk.rng,
         "progress": walk.progress,
         "loader_states": walk.loaders,
+        "optimizer_states": walk.optimizers,
     }
 
 
@@ -276,15 +281,19 @@ def _bloat_finding(b: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def findings(contents: Dict[str, Any], *, streams: Union[int, Sequence[str], None] = None,
-             loader: Optional[bool] = None) -> List[Dict[str, Any]]:
+             loader: Optional[bool] = None, training: Optional[bool] = None) -> List[Dict[str, Any]]:
     """Findings (``{"kind", "message", ...evidence}``) from a :func:`scan` result.
 
     ``streams``: how many random streams the loop draws from (a count, or their names), when the
-    caller knows; ``loader``: whether the loop iterates a data loader whose position matters. Kinds:
+    caller knows; ``loader``: whether the loop iterates a data loader whose position matters;
+    ``training``: whether the file is meant to resume training from (None: when it carries optimizer
+    state; a file of weights alone is an export, and needs no step counter). Kinds:
     ``checkpoint-view-bloat``, ``no-step-in-checkpoint``, ``rng-states-missing``, ``no-loader-state``.
     """
     out = [_bloat_finding(b) for b in contents["bloat"]]
-    if not contents["progress"]:
+    if training is None:
+        training = bool(contents.get("optimizer_states"))
+    if training and not contents["progress"]:
         out.append({"kind": "no-step-in-checkpoint", "message": (
             "no step or epoch counter in the checkpoint: a job resumed from it cannot tell how far training got; "
             "save the global step (and the epoch) beside the model and optimizer state")})
@@ -309,7 +318,7 @@ def findings(contents: Dict[str, Any], *, streams: Union[int, Sequence[str], Non
 
 
 def analyse(obj: Any, *, streams: Union[int, Sequence[str], None] = None,
-            loader: Optional[bool] = None) -> Dict[str, Any]:
+            loader: Optional[bool] = None, training: Optional[bool] = None) -> Dict[str, Any]:
     """:func:`scan` and :func:`findings` in one call: ``{"contents": ..., "findings": [...]}``."""
     contents = scan(obj)
-    return {"contents": contents, "findings": findings(contents, streams=streams, loader=loader)}
+    return {"contents": contents, "findings": findings(contents, streams=streams, loader=loader, training=training)}

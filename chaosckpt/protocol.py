@@ -11,16 +11,20 @@ and ``pid``. The event types and their own fields:
 ``hello``       the agent is live in a process that imported torch.
                 ``rank``, ``local_rank``, ``world_size`` (ints or null), ``argv``, ``cwd``,
                 ``python``, ``torch`` (version), ``fault`` (the armed fault or null).
-``step``        an optimizer step is about to run (pre-hook).
+``step``        an optimizer step returned (sent from the post-hook; the fields but
+                ``loss`` are measured in the pre-hook, before the step changes anything).
                 ``step`` (1-based, counted in this process), ``opt`` (index of the
                 optimizer in creation order), ``loss`` (list of floats, one per
-                backward since the previous step; empty when none was seen),
+                backward since the previous step, a closure's included; empty when none was seen),
                 ``pfp`` (exact fingerprint of a fixed sample of every parameter),
                 ``psum`` (float sum of that sample, for tolerant comparison),
                 ``rng`` (stream name -> state fingerprint: ``torch``, ``python``,
                 ``numpy``, ``cuda:N`` and private generators named by where
                 they are held), ``eval`` (modules of the optimized model trees
-                in eval mode, when any are), and, on the first step of
+                in eval mode, when any are), ``rng_fetch`` (torch and CUDA stream
+                fingerprints when the step's first DataLoader batch was fetched, before
+                its forward), ``aliases`` (first step: private stream name -> the other
+                places the same generator is held), and, on the first step of
                 the process and the first step after a load, ``digest`` (exact,
                 order-sensitive digest of all parameters).
 ``save-begin``  a checkpoint save started. ``save`` (1-based index in this
@@ -42,6 +46,9 @@ and ``pid``. The event types and their own fields:
                 the save on disk at that moment), ``path``; or ``op`` (journal
                 operation it followed); or ``after_save``; or ``free_bytes``;
                 or ``module`` (the restored module an ``eval`` fault put in eval mode).
+``uncaught``    the process is ending on an exception. ``exc`` (type name), ``error``
+                (one line), ``step`` (steps taken), ``frames`` (``file``, ``line``,
+                ``func``, outermost first, the last 30).
 ``op``          a file operation in a tracked directory (durability journal, on
                 only when the fault asks for it). ``op``: ``open`` (``path``,
                 ``ino`` [dev, inode], ``created``, ``trunc``, ``size``, ``keep``),
@@ -95,7 +102,8 @@ FAULT_FLAG_PREFIX = "fault."
 STOP_FLAG_PREFIX = "stop."
 """The agent creates ``stop.<pid>`` in the run directory when the job reached its horizon."""
 
-EVENT_TYPES = ("hello", "step", "save-begin", "save-end", "load", "restore", "fault", "op", "sampler", "stop")
+EVENT_TYPES = ("hello", "step", "save-begin", "save-end", "load", "restore", "fault", "op", "sampler", "stop",
+               "uncaught")
 
 Event = Dict[str, Any]
 

@@ -87,3 +87,17 @@ def test_rng_fingerprints_change_when_a_stream_is_drawn_from():
     assert before["python"] != after["python"] and before["torch"] == after["torch"]
     torch.rand(1)
     assert fingerprint.rng_fingerprints()["torch"] != after["torch"]
+
+
+def test_a_generator_held_in_several_places_has_one_name_and_its_aliases():
+    from torch.utils.data import DataLoader
+
+    from chaosckpt.agent import streams
+
+    gen = torch.Generator().manual_seed(0)
+    loader = DataLoader(list(range(4)), shuffle=True, generator=gen)
+    found, aliases = streams.find_private()
+    (name,) = [n for n, g in found.items() if g is gen]
+    assert name == "torch.Generator at DataLoader.generator"
+    assert aliases[name] == ["torch.Generator at RandomSampler.generator"]
+    assert loader.generator is gen

@@ -258,9 +258,28 @@ def test_cli_json_is_one_document(tmp_path):
 
 
 def test_cli_ignore_turns_advice_off(tmp_path):
-    torch.save({"w": torch.ones(2)}, tmp_path / "weights.pt")
-    res = run_chaosckpt(["audit", "weights.pt", "--ignore", "no-step-in-checkpoint"], cwd=tmp_path)
+    ckpt = training_checkpoint()
+    del ckpt["step"]
+    torch.save(ckpt, tmp_path / "nostep.pt")
+    assert run_chaosckpt(["audit", "nostep.pt"], cwd=tmp_path).returncode == 1
+    res = run_chaosckpt(["audit", "nostep.pt", "--ignore", "no-step-in-checkpoint"], cwd=tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_a_file_of_weights_alone_needs_no_step_counter(tmp_path):
+    """Regression: a state dict, an exported model_best.pth or {"head": tensor} got no-step-in-checkpoint and exit 1."""
+    model = training_checkpoint()["model"]
+    torch.save(model, tmp_path / "model_best.pth")
+    torch.save({"head": torch.ones(4)}, tmp_path / "head.pt")
+    torch.save({"model": model, "optimizer": training_checkpoint()["optimizer"]}, tmp_path / "train.pt")
+    assert kinds(audit.audit_file(tmp_path / "model_best.pth")) == []
+    assert kinds(audit.audit_file(tmp_path / "head.pt")) == []
+    assert kinds(audit.audit_file(tmp_path / "train.pt")) == ["no-step-in-checkpoint"]
+    assert audit.audit_file(tmp_path / "train.pt")["contents"]["optimizer_states"] == ["optimizer"]
+    res = run_chaosckpt(["audit", "model_best.pth", "head.pt"], cwd=tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    told = run_chaosckpt(["audit", "--training", "head.pt"], cwd=tmp_path)
+    assert told.returncode == 1 and "  - no-step-in-checkpoint: " in told.stdout
 
 
 @pytest.mark.parametrize("args, message", [

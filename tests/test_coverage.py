@@ -24,6 +24,10 @@ class FakeRecorder:
         self.step = 0
         self.enabled = True
         self.events = []
+        self.batches = 0
+
+    def on_batch(self):
+        self.batches += 1
 
     def emit(self, kind, **fields):
         self.events.append({"t": kind, **json.loads(json.dumps(fields))})
@@ -50,6 +54,7 @@ def test_each_pass_records_epoch_and_indices_in_order(rec):
     list(loader)
     orders = [(e["epoch"], e["step"], e["indices"]) for e in rec.events]
     assert orders == [(0, 0, [4, 7, 2, 1]), (0, 0, [4, 7, 2, 1]), (1, 8, [5, 2, 7, 1])]
+    assert rec.batches == 3 * (2 + 1)  # the recorder hears of every batch (and each pass's end)
     first = rec.events[0]
     assert (first["sampler"], first["size"], first["replicas"], first["srank"], first["shuffle"]) == (
         "DistributedSampler", 8, 2, 0, True)
@@ -181,3 +186,20 @@ def test_disagreeing_ranks_and_where_each_stopped():
     assert ranks.disagreement(verdicts[:1]) is None
     text = ranks.where([vars(v) for v in verdicts])
     assert text == "rank 0 at step 12 (no save); rank 1 at step 8 (last save 1 at step 8, unfinished)"
+
+
+def test_a_random_sampler_replayed_after_a_resume_is_blamed_on_its_generator():
+    gen = torch.Generator().manual_seed(0)
+    s = torch.utils.data.RandomSampler(list(range(8)), generator=gen)
+    orders = [list(s) for _ in range(2)]
+
+    def passes(*specs):
+        return [{**_pass(0, o, step=st), "sampler": "RandomSampler", "epoch": None, "shuffle": None, "replicas": None}
+                for o, st in specs]
+
+    reference = RunLog([ProcessLog(pid=1, rank=None, passes=passes((orders[0], 0), (orders[1], 4)))])
+    replayed = RunLog([ProcessLog(pid=2, rank=None, passes=passes((orders[0], 0)))])
+    (finding,) = coverage.order(reference, replayed, {0: 4})
+    assert finding.kind == "epoch-order-replayed" and finding.details["replayed_step"] == 0
+    assert finding.message.startswith("the resumed pass over its RandomSampler after step 4 read the rows in the order")
+    assert "generator" in finding.message and "set_epoch" not in finding.message and "None" not in finding.message

@@ -9,7 +9,7 @@ import pytest
 
 from chaosckpt.conductor import launcher
 from chaosckpt.conductor.runlog import RunLog
-from conftest import run_chaosckpt
+from conftest import project_with, run_chaosckpt
 
 pytestmark = pytest.mark.e2e
 
@@ -192,3 +192,25 @@ def test_tempfile_move_and_rmtree_are_journaled(tmp_path):
     assert written and synced and synced[-1]["size"] == sum(o["len"] for o in written)
     removed = [(o["op"], Path(o["path"]).name) for o in ops if o["op"] in ("unlink", "rmdir")]
     assert ("unlink", "a.pt") in removed and ("rmdir", "old") in removed
+
+
+def test_sweep_of_the_bundled_robust_example_passes(tmp_path):
+    """Regression: its checkpoint holds numpy and Python RNG states, which weights_only=True refuses to load."""
+    project = project_with(tmp_path, Path(__file__).resolve().parent.parent / "examples" / "robust_train.py")
+    rc, t = trial(project, tmp_path, "kill9-mid-save", "--sweep", "--max-resumes", "1", "--", "--epochs", "3")
+    assert rc == 0, t["headline"]
+    (summary,) = [f for f in t["findings"] if f["kind"] == "sweep"]
+    assert summary["unloadable_states"] == []
+    for point in t["sweep"]:
+        (last,) = [f for f in point["files"] if f["path"] == "ckpt/last.pt"]
+        assert last["loads"] is True and "weights_only=False" in last["note"], point
+
+
+def test_power_loss_reports_a_copy_of_the_checkpoint_it_emptied(project, tmp_path):
+    """Regression: shutil.copyfile(checkpoint, best), as pytorch/examples' ImageNet does, lost without a word."""
+    rc, t = trial(project, tmp_path, "power-loss", "--", "--epochs", "3", "--copy-best")
+    assert rc == 1 and t["outcome"] == "last-good" and t["reproduced"] is True  # the checkpoint itself survived
+    (lost,) = [f for f in t["findings"] if f["kind"] == "acknowledged-checkpoint-lost"]
+    assert (lost["path"], lost["copy_of"], lost["step"]) == ("ckpt/best.pt", "ckpt/last.pt", 16)
+    assert lost["missing"].startswith("its data was not fsynced (0 of ")
+    assert t["headline"].startswith("FAILED power-loss: ckpt/best.pt, the copy of the checkpoint of step 16")

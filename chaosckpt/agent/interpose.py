@@ -13,7 +13,7 @@ import threading
 from typing import Any, Optional
 
 import torch
-from torch.optim.optimizer import register_optimizer_step_pre_hook
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from chaosckpt.agent import sampler
 from chaosckpt.agent.recorder import Recorder
@@ -77,6 +77,7 @@ def _patch(owner: Any, name: str, make: Any) -> None:
 def install(rec: Recorder) -> None:
     """Patch torch (and ``random.setstate``) to feed ``rec``."""
     register_optimizer_step_pre_hook(lambda opt, args, kwargs: rec.on_step(opt))
+    register_optimizer_step_post_hook(lambda opt, args, kwargs: rec.on_step_end(opt))
 
     def make_optimizer_init(original):
         def __init__(self, *args, **kwargs):

@@ -45,6 +45,8 @@ class Recorder:
         self._optimizers: List[weakref.ref] = []
         self._primary: Optional[weakref.ref] = None
         self._pending_losses: List[torch.Tensor] = []
+        self._step_fields: Optional[Dict[str, object]] = None  # measured before the step, sent when it returns
+        self._fetch_rng: Optional[Dict[str, str]] = None
         self._scaled: Dict[int, torch.Tensor] = {}
         self._need_digest = True
         self.saving = False  # inside a save: saves it makes itself (DCP's items) are part of it
@@ -127,7 +129,7 @@ class Recorder:
         return losses
 
     def on_step(self, optimizer: torch.optim.Optimizer) -> None:
-        """Optimizer pre-step hook: one ``step`` event per step of the primary optimizer."""
+        """Optimizer pre-step hook: the state the step starts from (digest, RNG, modes) of the primary optimizer."""
         if not self.enabled:
             return
         self.fire_pending()
@@ -135,10 +137,33 @@ class Recorder:
             self._primary = weakref.ref(optimizer)
         elif self._primary() is not optimizer:
             return
+        self._end_step()  # a step whose optimizer.step() raised: booked without waiting for it
         if self.horizon is not None and self.horizon.due(self.step):
             faults.halt(self.writer, event="stop", flag=protocol.STOP_FLAG_PREFIX, step=self.step)
         self.step += 1
         self.guarded(self._record_step, optimizer)
+
+    def on_step_end(self, optimizer: torch.optim.Optimizer) -> None:
+        """Optimizer post-step hook: the step is known now, with the losses its closure computed (Lightning, LBFGS)."""
+        if self.enabled and self._primary is not None and self._primary() is optimizer:
+            self._end_step()
+
+    def _end_step(self) -> None:
+        fields, self._step_fields = self._step_fields, None
+        if fields is not None:
+            self.guarded(self._emit_step, fields)
+
+    def _emit_step(self, fields: Dict[str, object]) -> None:
+        self.emit("step", **fields, loss=self._take_losses())
+
+    def on_batch(self) -> None:
+        """A DataLoader hands out a batch: at the step's first, note the device streams before its forward draws."""
+        if self.enabled and self._fetch_rng is None:
+            self.guarded(self._note_fetch_rng)
+
+    def _note_fetch_rng(self) -> None:
+        self._fetch_rng = {k: v for k, v in fingerprint.rng_fingerprints().items()
+                           if k == "torch" or k.startswith("cuda:")}
 
     def _record_step(self, optimizer: torch.optim.Optimizer) -> None:
         params = self.params()
@@ -152,18 +177,21 @@ class Recorder:
         fields = {
             "step": self.step,
             "opt": self._index_of(optimizer),
-            "loss": self._take_losses(),
             "pfp": pfp,
             "psum": psum,
             "rng": rng,
         }
+        if self._fetch_rng is not None:
+            fields["rng_fetch"], self._fetch_rng = self._fetch_rng, None
         in_eval = self.modes.in_eval()
         if in_eval:
             fields["eval"] = in_eval
+        if self.step == 1 and self.streams.aliases:
+            fields["aliases"] = self.streams.aliases
         if self._need_digest:
             fields["digest"] = fingerprint.exact_digest(params)
             self._need_digest = False
-        self.emit("step", **fields)
+        self._step_fields = fields
 
     def on_scaler_update(self) -> None:
         """A GradScaler step that found inf/NaN skipped the optimizer: record its loss all the same."""
@@ -273,6 +301,14 @@ class Recorder:
             self._eval_done = True
             obj.eval()
             self.emit("fault", fault="eval", save=fault.save, module=type(obj).__name__)
+
+    def uncaught(self, exc: BaseException) -> None:
+        """The job is ending on an exception: which one, after how many steps, through which frames."""
+        import traceback
+
+        frames = traceback.extract_tb(exc.__traceback__)[-30:]
+        self.emit("uncaught", exc=type(exc).__name__, error=_one_line(exc), step=self.step,
+                  frames=[{"file": f.filename, "line": f.lineno, "func": f.name} for f in frames])
 
     def hello(self) -> None:
         argv = list(getattr(sys, "orig_argv", sys.argv))

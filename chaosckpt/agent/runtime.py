@@ -106,6 +106,13 @@ def _install() -> None:
         fileops.install(rec.journal)
     os.register_at_fork(after_in_child=rec.disable)
     atexit.register(rec.fire_pending)
+    previous_hook = sys.excepthook
+
+    def excepthook(kind, value, tb):
+        rec.guarded(rec.uncaught, value)
+        previous_hook(kind, value, tb)
+
+    sys.excepthook = excepthook
     rec.hello()
 
 

@@ -167,6 +167,7 @@ def install(rec: Any) -> None:
     map_style = dataloader._DatasetKind.Map
 
     def _next_index(self):
+        rec.on_batch()
         if self._dataset_kind != map_style:
             return original(self)
         it = self._sampler_iter

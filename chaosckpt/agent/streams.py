@@ -66,8 +66,12 @@ def _holders() -> List[Tuple[str, Dict[str, Any]]]:
     return out
 
 
-def find_private() -> Dict[str, Any]:
-    """Private generators, by name: ``torch.Generator at DataLoader.generator``."""
+def find_private() -> Tuple[Dict[str, Any], Dict[str, List[str]]]:
+    """Private generators by one name each (``torch.Generator at DataLoader.generator``), and their aliases.
+
+    A generator held in several places (the job's ``loader_gen``, ``DataLoader.generator``,
+    ``RandomSampler.generator``) is named by its shortest holder path; the others are its aliases.
+    """
     names: Dict[int, List[str]] = {}
     objects: Dict[int, Any] = {}
     for holder, namespace in _holders():
@@ -77,13 +81,20 @@ def find_private() -> Dict[str, Any]:
                 names.setdefault(id(value), []).append(f"{kind} at {holder}.{attr}" if not holder.endswith("globals")
                                                        else f"{kind} `{attr}` ({holder})")
                 objects[id(value)] = value
-    found = {}
-    for key, labels in sorted(names.items(), key=lambda kv: sorted(kv[1])[0]):
-        label = " = ".join(sorted(set(labels)))
-        found[label] = objects[key]
+    found: Dict[str, Any] = {}
+    aliases: Dict[str, List[str]] = {}
+    for key, labels in sorted(names.items(), key=lambda kv: min(kv[1], key=_shortest)):
+        name, *others = sorted(set(labels), key=_shortest)
+        found[name] = objects[key]
+        if others:
+            aliases[name] = others
         if len(found) >= MAX_PRIVATE:
             break
-    return found
+    return found, aliases
+
+
+def _shortest(label: str) -> Tuple[int, str]:
+    return len(label), label
 
 
 def fingerprint(value: Any) -> str:
@@ -100,9 +111,10 @@ class Streams:
 
     def __init__(self) -> None:
         self.private: Dict[str, Any] = {}
+        self.aliases: Dict[str, List[str]] = {}
 
     def rescan(self) -> None:
-        self.private = find_private()
+        self.private, self.aliases = find_private()
 
     def fingerprints(self) -> Dict[str, str]:
         fps = rng_fingerprints()

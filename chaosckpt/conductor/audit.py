@@ -300,6 +300,7 @@ class _Unpickler(pickle.Unpickler):
             module, name = _compat_pickle.NAME_MAPPING[(module, name)]
         module = _compat_pickle.IMPORT_MAPPING.get(module, module)
         qualname = f"{module}.{name}"
+        self._log.globals.add(qualname)
         allowed = _ALLOWED.get(qualname)
         if allowed is None:
             allowed = _torch_attribute(module, name)
@@ -320,6 +321,8 @@ class PickleLog:
 
     def __init__(self) -> None:
         self.names: List[str] = []
+        self.globals: set = set()
+        """Every global the pickle named, allowlisted or not."""
         self.calls: List[Tuple[str, tuple]] = []
         self._classes: Dict[str, type] = {}
 
@@ -328,6 +331,10 @@ class PickleLog:
             self.names.append(qualname)
             self._classes[qualname] = type(qualname, (PickledObject,), {"pickled_name": qualname, "calls": self.calls})
         return self._classes[qualname]
+
+    def beyond_weights_only(self) -> List[str]:
+        """Globals that ``torch.load(weights_only=True)`` refuses by default: numpy's and every placeholder."""
+        return sorted(n for n in self.globals if n in self.names or n.split(".")[0] == "numpy")
 
     def findings(self) -> List[Dict[str, Any]]:
         """``unsafe-pickle`` for callables that run commands or code, ``pickled-objects`` for the rest."""
@@ -557,11 +564,12 @@ def _no_gc() -> Iterator[None]:
 
 
 def audit_file(path: Union[str, Path], *, streams: Union[int, Sequence[str], None] = None,
-               max_inflate: Optional[int] = None) -> Dict[str, Any]:
+               max_inflate: Optional[int] = None, training: Optional[bool] = None) -> Dict[str, Any]:
     """Audit one file: ``{"path", "bytes", "file_format", "contents", "findings"}`` (contents None when unreadable).
 
     What the pickle asked for outside the allowlist is reported even when the file cannot be read whole: a call
-    that would fail is no safer for it."""
+    that would fail is no safer for it. ``training``: the file is meant to resume training from (None: when it
+    carries optimizer state)."""
     size = os.path.getsize(path)
     log = PickleLog()
     with _no_gc():
@@ -571,6 +579,6 @@ def audit_file(path: Union[str, Path], *, streams: Union[int, Sequence[str], Non
             return {"path": str(path), "bytes": size, "file_format": None, "contents": None,
                     "findings": log.findings() + [{"kind": "unreadable-checkpoint", "message": f"cannot be loaded: {exc}",
                                                    "error": str(exc)}]}
-        result = checkpoint_content.analyse(loaded.obj, streams=streams)
+        result = checkpoint_content.analyse(loaded.obj, streams=streams, training=training)
     return {"path": str(path), "bytes": size, "file_format": loaded.format, "contents": result["contents"],
             "findings": loaded.log.findings() + result["findings"]}

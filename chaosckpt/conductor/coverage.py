@@ -107,7 +107,7 @@ def _ordinal(n: int) -> str:
 
 
 def _epochs(group: List[Pass]) -> str:
-    return ", ".join(f"rank {p.rank} at epoch {p.epoch}" for p in group)
+    return ", ".join(f"rank {p.rank}" + (f" at epoch {p.epoch}" if p.epoch is not None else "") for p in group)
 
 
 def _group_findings(group: List[Pass], run: str, number: int) -> List[Finding]:
@@ -203,12 +203,16 @@ def epoch_never_set(reference: RunLog) -> List[Finding]:
     return findings
 
 
-def _order_finding(rank: int, resumed: Pass, global_step: int, expected: Pass, ref_passes: List[Pass]) -> Finding:
+def _order_finding(rank: Optional[int], resumed: Pass, global_step: int, expected: Pass,
+                   ref_passes: List[Pass]) -> Finding:
     same = next((p for p in ref_passes if p.crc == resumed.crc), None)
-    evidence = {"rank": rank, "step": global_step, "epoch": resumed.epoch, "expected_epoch": expected.epoch}
-    where = (f"rank {rank}'s resumed pass over its {resumed.sampler} after step {global_step} (sampler epoch "
-             f"{resumed.epoch})")
-    if same is not None:
+    evidence = {"rank": rank, "step": global_step, "sampler": resumed.sampler}
+    who = f"rank {rank}'s" if rank is not None else "the"
+    if resumed.epoch is None:
+        return _generator_order_finding(who, resumed, global_step, same, evidence)
+    evidence.update(epoch=resumed.epoch, expected_epoch=expected.epoch)
+    where = f"{who} resumed pass over its {resumed.sampler} after step {global_step} (sampler epoch {resumed.epoch})"
+    if same is not None and same.epoch is not None:
         evidence["replayed_epoch"] = same.epoch
         evidence["replayed_step"] = same.step
         return Finding(
@@ -224,6 +228,21 @@ def _order_finding(rank: int, resumed: Pass, global_step: int, expected: Pass, r
         f"{expected.epoch}'s order",
         evidence,
     )
+
+
+def _generator_order_finding(who: str, resumed: Pass, global_step: int, same: Optional[Pass],
+                             evidence: Dict) -> Finding:
+    """A sampler without an epoch (RandomSampler and the like) takes its order from the generator it draws from."""
+    where = f"{who} resumed pass over its {resumed.sampler} after step {global_step}"
+    cause = (f"a {resumed.sampler} has no epoch: each pass draws its order from the sampler's generator (the "
+             "DataLoader's generator=, or the global torch stream when it has none), which the resume did not "
+             "restore. Save that generator's get_state() in the checkpoint and set_state() it on resume")
+    if same is not None:
+        evidence["replayed_step"] = same.step
+        return Finding("epoch-order-replayed", f"{where} read the rows in the order the uninterrupted run read "
+                       f"after step {same.step}, not the order it read at this step: {cause}", evidence)
+    return Finding("epoch-order-differs", f"{where} read the rows in an order the uninterrupted run never read: "
+                   f"{cause}", evidence)
 
 
 def order(reference: RunLog, resume: RunLog, recovered: Dict[int, Optional[int]]) -> List[Finding]:
@@ -247,6 +266,6 @@ def order(reference: RunLog, resume: RunLog, recovered: Dict[int, Optional[int]]
             )
             if mismatch is not None:
                 resumed, g = mismatch
-                findings.append(_order_finding(rank, resumed, g, by_step[g], ref_passes))
+                findings.append(_order_finding(rank if len(ref_ranks) > 1 else None, resumed, g, by_step[g], ref_passes))
                 break
     return findings

@@ -1,8 +1,11 @@
 """Can a restarted job load these files? Asked of one long-lived subprocess, so torch is imported once.
 
 The worker reads one JSON list of paths a line on stdin and answers one JSON object
-a line: path -> {"ok", "error", "progress"}. It loads with ``weights_only=True``, so
-nothing in a checkpoint is executed.
+a line: path -> {"ok", "error", "note", "progress"}. The judge is audit's safe reader
+(allowlisted unpickling, zip structure, CRCs), so nothing in a checkpoint is executed
+and a file is unreadable only when it is torn or damaged. A file whose pickle names
+objects outside the allowlist (numpy or Python RNG states, custom classes) loads with
+``weights_only=False``: it is readable, with a lesser note saying so.
 """
 
 from __future__ import annotations
@@ -15,27 +18,32 @@ from typing import Dict, List, Optional
 PROGRESS_KEYS = ("step", "global_step", "epoch", "iteration")
 
 
-def _check(path: str) -> Dict:
-    import torch
+def check(path: str) -> Dict:
+    """Whether ``path`` loads: ``{"ok", "error", "note", "progress"}`` (error/note empty strings when none)."""
+    from chaosckpt.conductor import audit
 
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # any failure to load is what we report: the file is unreadable
-        message = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
-        return {"ok": False, "error": f"{type(exc).__name__}: {message}".rstrip(": ")}
+        loaded = audit.load(path)
+    except audit.AuditError as exc:
+        return {"ok": False, "error": str(exc), "note": "", "progress": {}}
+    note = ""
+    beyond = loaded.log.beyond_weights_only()
+    if beyond:
+        note = (f"needs torch.load(weights_only=False): its pickle names {', '.join(beyond[:3])}"
+                + (" and more" if len(beyond) > 3 else ""))
     progress = {}
-    if isinstance(obj, dict):
+    if isinstance(loaded.obj, dict):
         for key in PROGRESS_KEYS:
-            value = obj.get(key)
+            value = loaded.obj.get(key)
             if isinstance(value, int) and not isinstance(value, bool):
                 progress[key] = value
-    return {"ok": True, "error": None, "progress": progress}
+    return {"ok": True, "error": "", "note": note, "progress": progress}
 
 
 def worker() -> None:
     for line in sys.stdin:
         paths = json.loads(line)
-        sys.stdout.write(json.dumps({p: _check(p) for p in paths}) + "\n")
+        sys.stdout.write(json.dumps({p: check(p) for p in paths}) + "\n")
         sys.stdout.flush()
 
 

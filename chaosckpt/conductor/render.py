@@ -50,6 +50,13 @@ def headline(trial: Trial) -> str:
             return f"{verdict} {name} sweep: {summary}"
         return f"{verdict} {name} sweep: a crash after op {bad['op']} ({bad['operation']}) resumes as {bad['outcome']}; {summary}"
     outcome = trial.outcome
+    exited = next((f for f in trial.findings if f.kind == "resume-exited"), None)
+    if exited is not None and not trial.passed:
+        return f"{verdict} {name}: {exited.message}; {_resumed_from(trial)}"
+    copy = next((f for f in trial.findings if f.kind == "acknowledged-checkpoint-lost" and "copy_of" in f.details), None)
+    if copy is not None and not trial.passed and outcome == "last-good":
+        return (f"{verdict} {name}: {copy.message}; the checkpoint itself survived and the job resumed from it "
+                f"(step {trial.recovered_step})")
     split = next((f for f in trial.findings if f.kind == "ranks-disagree"), None)
     if split is not None and not trial.passed:
         return f"{verdict} {name}: {split.message}; {last_good}"
@@ -82,6 +89,18 @@ def headline(trial: Trial) -> str:
     cause = next((f.message for f in trial.findings if f.kind in DIVERGENCE_CAUSES), "")
     return (f"{verdict} {name}: {start} but diverged from the uninterrupted run at step "
             f"{trial.first_divergent_step}{diff}" + (f": {cause}" if cause else ""))
+
+
+def _resumed_from(trial: Trial) -> str:
+    """Where the resume had started, in the words of the headline."""
+    lg = trial.last_good_step
+    if trial.outcome == "last-good":
+        return f"it had resumed from the last good checkpoint (step {trial.recovered_step})"
+    if trial.outcome == "scratch":
+        return f"it had restarted from scratch, though the last good checkpoint was step {lg}"
+    if trial.outcome == "older":
+        return f"it had resumed from step {trial.recovered_step}, older than the last good checkpoint (step {lg})"
+    return "it had started from a state no run recorded"
 
 
 def text(trial: Trial) -> List[str]:

@@ -45,6 +45,8 @@ class ProcessLog:
     """``sampler`` events: one per DataLoader pass, in order."""
     stopped: Optional[int] = None
     """The steps it had taken when its horizon stopped it; None when it was not stopped there."""
+    uncaught: Optional[Event] = None
+    """The exception the process ended on, if it ended on one."""
 
     def first_digest(self) -> Optional[str]:
         return self.steps[0].get("digest") if self.steps else None
@@ -83,6 +85,8 @@ def _process(events: List[Event]) -> ProcessLog:
             log.passes.append(e)
         elif kind == "stop":
             log.stopped = e["step"]
+        elif kind == "uncaught":
+            log.uncaught = e
     return log
 
 

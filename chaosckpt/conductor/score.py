@@ -188,26 +188,37 @@ def trajectory(reference: ProcessLog, resume: ProcessLog, start: int, tolerance:
 def rng_findings(reference: ProcessLog, resume: ProcessLog, start: int, modes_differ: bool = False) -> List[Finding]:
     """Random streams whose state at the first resumed step differs from the reference's at that step.
 
-    Streams the loop never draws from are left out; so are the device streams torch draws from in
-    dropout when modules trained in the wrong mode (``modes_differ``), since that changes the draws."""
+    Streams the loop never draws from are left out. When modules trained in the wrong mode
+    (``modes_differ``), dropout's draws changed the device streams (torch, CUDA) before the step: those
+    are compared as they were when the step's first batch was fetched, before its forward, or left out
+    when no DataLoader said when that was."""
     if not resume.steps or start >= len(reference.steps):
         return []
-    ours = resume.steps[0].get("rng", {})
-    theirs = reference.steps[start].get("rng", {})
+    ours = dict(resume.steps[0].get("rng", {}))
+    theirs = dict(reference.steps[start].get("rng", {}))
+    if modes_differ:
+        for run in (ours, theirs):
+            for name in [n for n in run if n == "torch" or n.startswith("cuda:")]:
+                del run[name]
+        ours.update(resume.steps[0].get("rng_fetch", {}))
+        theirs.update(reference.steps[start].get("rng_fetch", {}))
     drawn = {
         name for name in theirs
         if len({s.get("rng", {}).get(name) for s in reference.steps}) > 1
-        and not (modes_differ and (name == "torch" or name.startswith("cuda:")))
     }
+    aliases = reference.steps[0].get("aliases", {}) if reference.steps else {}
     out = []
     for name in sorted(drawn):
         if ours.get(name) != theirs.get(name):
+            evidence = {"stream": name, "step": start + 1}
+            if aliases.get(name):
+                evidence["aliases"] = aliases[name]
             out.append(
                 Finding(
                     "rng-not-restored",
                     f"the {STREAM_NAMES.get(name, name)} random stream was not restored: at step {start + 1} its "
                     f"state differs from the uninterrupted run's; save and restore it in the checkpoint",
-                    {"stream": name, "step": start + 1},
+                    evidence,
                 )
             )
     return out

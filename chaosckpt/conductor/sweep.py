@@ -93,7 +93,7 @@ def check_states(sweep: Sweep, roots: List[str], scratch: Path, checker: LoadChe
             return str(base / path.lstrip(os.sep))
 
         crash.materialize(entries, roots, target)
-        checked = checker.check([target(e.path) for e in entries if e.path.endswith((".pt", ".pth", ".ckpt", ".bin"))])
+        checked = checker.check([target(e.path) for e in entries if e.path.endswith((".pt", ".pth", ".ckpt", ".bin", ".pth.tar"))])
         results.append({e.path: checked.get(target(e.path)) for e in entries})
     for point in sweep.points:
         result = results[point.state]
@@ -105,6 +105,8 @@ def check_states(sweep: Sweep, roots: List[str], scratch: Path, checker: LoadChe
                     f["progress"] = check["progress"]
                 elif not check["ok"]:
                     f["error"] = check["error"]
+                if check.get("note"):
+                    f["note"] = check["note"]
     return results
 
 

@@ -35,6 +35,8 @@ p.add_argument("--sleep", type=float, default=0.0, help="sleep this long before 
 p.add_argument("--resume-flag", action="store_true", help="resume only when --resumed is given too")
 p.add_argument("--resumed", action="store_true")
 p.add_argument("--nan", action="store_true", help="a loss that is NaN from the first step")
+p.add_argument("--fail-save-after-resume", action="store_true",
+               help="after resuming, a save renames a temporary file that is not there (as two ranks racing do)")
 
 
 class Data(Dataset):
@@ -89,6 +91,8 @@ def main():
             os.close(fd)
 
     def save(obj, path):
+        if args.fail_save_after_resume and start > 0:
+            os.replace(path + ".tmp", path)  # the other rank already renamed it: FileNotFoundError
         if args.save == "inplace":
             torch.save(obj, path)
         elif args.save == "fileobj-inplace":

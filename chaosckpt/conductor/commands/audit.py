@@ -83,12 +83,15 @@ def _size(option: str, value: Optional[str]) -> Optional[int]:
 @click.argument("files", nargs=-1, required=True, metavar="FILE...")
 @click.option("--streams", type=int, default=None, metavar="N",
               help="How many random streams the training loop draws from; fewer RNG states in a file is a finding.")
+@click.option("--training", is_flag=True, default=None,
+              help="The files are training checkpoints even without optimizer state: a missing step counter is a "
+                   "finding (by default only files with optimizer state are judged as training checkpoints).")
 @click.option("--ignore", "ignored", multiple=True, metavar="KIND",
               help=f"Do not report findings of this kind (repeatable): {', '.join(KINDS)}.")
 @click.option("--max-inflate", default=None, metavar="SIZE",
               help="Refuse to inflate any record past SIZE (e.g. 4G; default: 4x the file's size, 16M to 1G).")
 @click.option("--json", "as_json", is_flag=True, help="Print only one JSON document on stdout.")
-def command(files, streams, ignored, max_inflate, as_json):
+def command(files, streams, training, ignored, max_inflate, as_json):
     """Inspect checkpoint files without running anything from them.
 
     \b
@@ -100,7 +103,8 @@ def command(files, streams, ignored, max_inflate, as_json):
     Reports files that cannot be loaded (torn by an interrupted save, damaged),
     pickles that would run code when loaded (os.system, subprocess...), tensors
     saved as views of much larger storages, the bytes under each top-level key,
-    the RNG states present and the step/epoch counters. The pickle is read with
+    the RNG states present and the step/epoch counters (missing ones only in
+    training checkpoints: files with optimizer state). The pickle is read with
     an allowlist: nothing in the file is imported or executed, and no tensor
     data is loaded into memory.
     """
@@ -123,7 +127,7 @@ def command(files, streams, ignored, max_inflate, as_json):
 
     reports = []
     for name in files:
-        report = audit.audit_file(name, streams=streams, max_inflate=limit)
+        report = audit.audit_file(name, streams=streams, max_inflate=limit, training=training)
         report["findings"] = [f for f in report["findings"] if f["kind"] not in ignored]
         report["status"] = "findings" if report["findings"] else "ok"
         reports.append(report)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import List
 
-from chaosckpt.conductor import crash
+from chaosckpt.conductor import copies, crash
 from chaosckpt.conductor.result import Finding
 from chaosckpt.conductor.runlog import RunLog
 from chaosckpt.conductor.trial.arm import Armed
@@ -35,10 +35,7 @@ def power_loss(ctx: Context, armed: Armed, faulted: RunLog) -> None:
 def lost_checkpoint(ctx: Context, save, ops: List[dict], armed: Armed) -> Finding:
     """The acknowledged checkpoint the power loss took, named with the fsync it lacked."""
     disk, work = armed.disk, armed.work
-    path = save.path
-    for op in ops:
-        if op["op"] == "rename" and op["src"] == path and op["ts"] >= save.ts:
-            path = op["dst"]
+    path = copies.final_path(save, ops)
     model = ctx.scenario.trigger.model
     name = rel(path, work) or "a file object"
     files = sorted(p for p in disk.names if path and p.startswith(path + os.sep)) if save.path else []

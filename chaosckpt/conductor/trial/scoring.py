@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from chaosckpt.conductor import ranks, score
+from chaosckpt.conductor import copies, exits, ranks, score
 from chaosckpt.conductor.result import Finding
 from chaosckpt.conductor.runlog import ProcessLog, RunLog
 from chaosckpt.conductor.trial.aftermath import lost_checkpoint
@@ -25,7 +25,8 @@ def score_trial(ctx: Context, reference: RunLog, armed: Armed, run: Faulted, res
     if ctx.trial.recovered_step is not None and resume_trainer is not None:
         compare(ctx, ref, resume_trainer, ctx.trial.recovered_step)
     ranks_ok = _ranks(ctx, reference, run, resumed)
-    _status(ctx, baseline, ranks_ok, resumed)
+    exited = _exited(ctx, resumed)
+    _status(ctx, baseline, ranks_ok and exited is None, resumed)
 
 
 def recovered(ctx: Context, ref: ProcessLog, armed: Armed, run: Faulted, resumed: Resumed) -> None:
@@ -45,6 +46,9 @@ def recovered(ctx: Context, ref: ProcessLog, armed: Armed, run: Faulted, resumed
     trial.findings.extend(save_damage(ctx, run, armed))
     if armed.disk is not None and ctx.scenario.fault == "power-loss" and run.completed and rec.outcome != "last-good":
         trial.findings.append(lost_checkpoint(ctx, run.completed[-1], run.log.ops(), armed))
+    if armed.disk is not None and ctx.scenario.fault == "power-loss" and run.completed:
+        trial.findings.extend(copies.lost(run.completed[-1], run.log.ops(), armed.disk, ctx.scenario.trigger.model,
+                                          lambda p: rel(p, armed.work) or p))
 
 
 def _baseline(ctx: Context, ref: ProcessLog, run: Faulted) -> Optional[int]:
@@ -87,6 +91,19 @@ def _ranks(ctx: Context, reference: RunLog, run: Faulted, resumed: Resumed) -> b
     return ok
 
 
+def _exited(ctx: Context, resumed: Resumed) -> Optional[Finding]:
+    """A resume that exited non-zero after its load (not one that crashed loading, hung, or reached its
+    horizon): the exit leads the findings, with the rank, exception, step and the job's function."""
+    trial, result = ctx.trial, resumed.result
+    if result.timed_out or result.stopped or trial.outcome == "crashed":
+        return None
+    starts = {r["rank"]: r["recovered_step"] for r in trial.ranks} if trial.ranks else {0: trial.recovered_step}
+    exited = exits.resume_exit(resumed.log, result.returncode, starts, score.tail_line(result.stderr))
+    if exited is not None:
+        trial.findings.insert(0, exited)
+    return exited
+
+
 def _status(ctx: Context, baseline: Optional[int], ranks_ok: bool, resumed: Resumed) -> None:
     trial, expect = ctx.trial, ctx.scenario.expect
     recovered_ok = trial.outcome in expect.recovered
@@ -95,5 +112,6 @@ def _status(ctx: Context, baseline: Optional[int], ranks_ok: bool, resumed: Resu
                    f"{baseline}, before the fault; seed every random stream and use deterministic algorithms")
     if recovered_ok and expect.reproduced and trial.reproduced is None:
         raise Stop("resume-took-no-steps", f"the resumed job exited with status {resumed.result.returncode} without a step")
-    passed = ranks_ok and recovered_ok and (trial.reproduced or not expect.reproduced)
+    lost = any(f.kind == "acknowledged-checkpoint-lost" for f in trial.findings)
+    passed = ranks_ok and recovered_ok and not lost and (trial.reproduced or not expect.reproduced)
     trial.status = "passed" if passed else "failed"

@@ -1,0 +1,169 @@
+"""The verdict-truth table: every bundled example and test job x every scenario, expected against got.
+
+    python bench/verdict_table.py                       # every row, serially (about 20-30 minutes)
+    python bench/verdict_table.py --only lightning      # the rows whose job or scenario contains a word
+    python bench/verdict_table.py --markdown table.md   # also write the Markdown table to a file
+
+Each row runs the real ``chaosckpt run`` on a copy of the job in a scratch folder. The expected
+verdict and cause are what the job really does under the fault, established by reading the job
+(and, for the Lightning jobs, by hand from Lightning's own log lines). The cause is the trial's
+outcome, and for a failure the finding that explains it first (see ``cause``). Exit 1 when any
+row is wrong; the table says which.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+REPO = Path(__file__).resolve().parent.parent
+SCENARIOS = ("kill9-mid-save", "enospc", "power-loss", "eval-left-on", "rank-epoch-skew")
+
+EXPLAINING = ("resume-exited", "acknowledged-checkpoint-lost", "torn-checkpoint", "in-place-save", "ranks-disagree",
+              "eval-mode-in-training", "rng-not-restored", "epoch-order-replayed", "epoch-order-differs",
+              "step-count-differs", "sampler-overlap", "sampler-missing", "resume-hung")
+"""Finding kinds that say why a trial failed, most telling first: the first one present is its cause."""
+
+
+@dataclass(frozen=True)
+class Job:
+    name: str
+    path: str
+    args: Tuple[str, ...]
+    nproc: int = 1
+
+
+JOBS = {
+    "robust_train": Job("examples/robust_train.py", "examples/robust_train.py", ("--epochs", "3")),
+    "naive_train": Job("examples/naive_train.py", "examples/naive_train.py", ("--epochs", "3")),
+    "lightning_train": Job("examples/lightning_train.py", "examples/lightning_train.py", ("--epochs", "3")),
+    "train_job": Job("tests/jobs/train_job.py", "tests/jobs/train_job.py", ("--epochs", "3")),
+    "lightning_job": Job("tests/jobs/lightning_job.py", "tests/jobs/lightning_job.py", ("--epochs", "2")),
+    "ddp_job": Job("tests/jobs/ddp_job.py (2 ranks)", "tests/jobs/ddp_job.py", (), nproc=2),
+}
+
+SINGLE = "rank-epoch-skew holds one rank mid-save while the others finish theirs; with one rank it is kill9-mid-save"
+LIGHTNING_FILE_OBJECT = ("Lightning never fsyncs: the power loss takes the newest checkpoint; chaosckpt does not yet "
+                         "see files written from a file object and moved in (issue 15)")
+
+ROWS: List[Tuple[str, str, str, str, str]] = [
+    # job, scenario, expected verdict, expected cause, why
+    ("robust_train", "kill9-mid-save", "PASSED", "last-good", "temporary file, fsync, rename, directory fsync"),
+    ("robust_train", "enospc", "PASSED", "last-good", "the full disk fails the temporary file; last.pt is intact"),
+    ("robust_train", "power-loss", "PASSED", "last-good", "data and name are fsynced before the save returns"),
+    ("robust_train", "eval-left-on", "PASSED", "last-good", "model.train() at the start of every epoch"),
+    ("robust_train", "rank-epoch-skew", "PASSED", "last-good", SINGLE),
+    ("naive_train", "kill9-mid-save", "FAILED", "crashed, torn-checkpoint", "torch.save straight over its only checkpoint"),
+    ("naive_train", "enospc", "FAILED", "crashed, torn-checkpoint", "torch.save straight over its only checkpoint"),
+    ("naive_train", "power-loss", "FAILED", "crashed, acknowledged-checkpoint-lost", "no fsync: the data is lost"),
+    ("naive_train", "eval-left-on", "FAILED", "last-good, eval-mode-in-training", "never calls model.train()"),
+    ("naive_train", "rank-epoch-skew", "FAILED", "crashed, torn-checkpoint", SINGLE),
+    ("lightning_train", "kill9-mid-save", "PASSED", "last-good", "save_last='link' and an RNG callback"),
+    ("lightning_train", "enospc", "PASSED", "last-good", "the failed save never replaces last.ckpt"),
+    ("lightning_train", "power-loss", "FAILED", "crashed, acknowledged-checkpoint-lost", LIGHTNING_FILE_OBJECT),
+    ("lightning_train", "eval-left-on", "PASSED", "last-good", "self.train() at every epoch start"),
+    ("lightning_train", "rank-epoch-skew", "PASSED", "last-good", SINGLE),
+    ("train_job", "kill9-mid-save", "PASSED", "last-good", "atomic save; every random stream restored"),
+    ("train_job", "enospc", "PASSED", "last-good", "atomic save"),
+    ("train_job", "power-loss", "PASSED", "last-good", "fsync and directory fsync"),
+    ("train_job", "eval-left-on", "FAILED", "last-good, eval-mode-in-training", "never calls model.train()"),
+    ("train_job", "rank-epoch-skew", "PASSED", "last-good", SINGLE),
+    ("lightning_job", "kill9-mid-save", "FAILED", "scratch",
+     "save_last=True: killed in the first last.ckpt save, fit(ckpt_path='last') finds none and starts over"),
+    ("lightning_job", "enospc", "FAILED", "scratch", "the first last.ckpt save fails: no last.ckpt to resume from"),
+    ("lightning_job", "power-loss", "FAILED", "crashed, acknowledged-checkpoint-lost", LIGHTNING_FILE_OBJECT),
+    ("lightning_job", "eval-left-on", "FAILED", "last-good, eval-mode-in-training",
+     "Lightning keeps the mode a module is in (checked: it trained in eval mode); its loader's generator is not "
+     "saved either"),
+    ("lightning_job", "rank-epoch-skew", "FAILED", "scratch", SINGLE),
+    ("ddp_job", "kill9-mid-save", "PASSED", "last-good", "rank 0 saves atomically; the epoch is in the checkpoint"),
+    ("ddp_job", "enospc", "PASSED", "last-good", "rank 0 saves atomically"),
+    ("ddp_job", "power-loss", "PASSED", "last-good", "fsync before the rename"),
+    ("ddp_job", "eval-left-on", "PASSED", "last-good", "no dropout or batch norm: eval mode computes the same"),
+    ("ddp_job", "rank-epoch-skew", "PASSED", "last-good", "one checkpoint from rank 0: every rank loads the same step"),
+]
+
+
+def cause(trial: Dict) -> str:
+    """What decided the verdict: the outcome, and for a failure the first finding that explains it."""
+    if trial["status"] == "inconclusive":
+        return f"inconclusive: {trial.get('reason')}"
+    outcome = trial.get("outcome") or "none"
+    if trial["status"] == "passed":
+        return outcome
+    kinds = [f["kind"] for f in trial["findings"]]
+    why = next((k for k in EXPLAINING if k in kinds), None)
+    return f"{outcome}, {why}" if why else outcome
+
+
+def run_row(job: Job, scenario: str, scratch: Path) -> Tuple[str, str, str]:
+    """Run one trial; (verdict, cause, headline)."""
+    folder = scratch / "project"
+    shutil.rmtree(scratch, ignore_errors=True)
+    folder.mkdir(parents=True)
+    shutil.copy(REPO / job.path, folder / "train.py")
+    argv = [sys.executable, "-m", "chaosckpt", "run", "train.py", "-s", scenario, "--json", "--out",
+            str(scratch / "results"), "--timeout", "300"]
+    if job.nproc > 1:
+        argv += ["--nproc", str(job.nproc)]
+    argv += ["--", *job.args]
+    proc = subprocess.run(argv, cwd=folder, capture_output=True, text=True, timeout=1200)
+    try:
+        trial = json.loads(proc.stdout)["trials"][0]
+    except (ValueError, KeyError, IndexError):
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return "ERROR", f"exit {proc.returncode}", tail
+    return trial["status"].upper(), cause(trial), trial["headline"]
+
+
+def markdown(results: List[Dict]) -> List[str]:
+    lines = ["| job | scenario | expected | got | right | why |", "|---|---|---|---|---|---|"]
+    for r in results:
+        expected = f"{r['expected']}: {r['expected_cause']}"
+        got = f"{r['got']}: {r['got_cause']}"
+        lines.append(f"| {r['job']} | {r['scenario']} | {expected} | {got} | {'yes' if r['right'] else '**no**'} | "
+                     f"{r['why']} |")
+    right = sum(r["right"] for r in results)
+    lines.append("")
+    lines.append(f"{right} of {len(results)} rows right.")
+    return lines
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="", help="run only rows whose job or scenario contains this text")
+    parser.add_argument("--markdown", type=Path, help="also write the Markdown table to this file")
+    args = parser.parse_args(argv)
+    rows = [r for r in ROWS if args.only in r[0] or args.only in r[1] or args.only in JOBS[r[0]].path]
+    results = []
+    with tempfile.TemporaryDirectory(prefix="verdict-table-") as tmp:
+        for index, (key, scenario, expected, expected_cause, why) in enumerate(rows):
+            job = JOBS[key]
+            started = time.monotonic()
+            got, got_cause, headline = run_row(job, scenario, Path(tmp) / str(index))
+            right = got == expected and got_cause == expected_cause
+            results.append({"job": job.name, "scenario": scenario, "expected": expected,
+                            "expected_cause": expected_cause, "got": got, "got_cause": got_cause, "right": right,
+                            "why": why, "headline": headline})
+            print(f"[{index + 1}/{len(rows)}] {job.name} x {scenario}: expected {expected} ({expected_cause}), got "
+                  f"{got} ({got_cause}) in {time.monotonic() - started:.0f} s{'' if right else '  <-- WRONG'}",
+                  file=sys.stderr, flush=True)
+            if not right:
+                print(f"    {headline}", file=sys.stderr, flush=True)
+    lines = markdown(results)
+    print("\n".join(lines))
+    if args.markdown:
+        args.markdown.write_text("\n".join(lines) + "\n")
+    return 0 if all(r["right"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

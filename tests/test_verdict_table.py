@@ -1,0 +1,32 @@
+"""The verdict-truth table's data covers every bundled example and test job under every scenario."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+spec = importlib.util.spec_from_file_location("verdict_table", REPO / "bench" / "verdict_table.py")
+table = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = table  # dataclasses look their module up by name
+spec.loader.exec_module(table)
+
+
+def test_every_example_and_test_job_meets_every_scenario_once():
+    scenarios = {p.stem for p in (REPO / "scenarios").glob("*.toml")}
+    jobs = {str(p.relative_to(REPO)) for p in [*(REPO / "examples").glob("*.py"), *(REPO / "tests" / "jobs").glob("*.py")]}
+    assert set(table.SCENARIOS) == scenarios
+    assert {j.path for j in table.JOBS.values()} == jobs
+    pairs = [(job, scenario) for job, scenario, *_ in table.ROWS]
+    assert sorted(pairs) == sorted((job, s) for job in table.JOBS for s in scenarios)
+    assert {expected for _, _, expected, _, _ in table.ROWS} <= {"PASSED", "FAILED"}
+
+
+def test_the_cause_is_the_outcome_and_the_first_explaining_finding():
+    passed = {"status": "passed", "outcome": "last-good", "findings": [{"kind": "rng-states-missing"}]}
+    torn = {"status": "failed", "outcome": "crashed", "findings": [{"kind": "in-place-save"}, {"kind": "torn-checkpoint"}]}
+    scratch = {"status": "failed", "outcome": "scratch", "findings": [{"kind": "rng-states-missing"}]}
+    stopped = {"status": "inconclusive", "reason": "timeout", "findings": []}
+    assert [table.cause(t) for t in (passed, torn, scratch, stopped)] == [
+        "last-good", "crashed, torn-checkpoint", "scratch", "inconclusive: timeout"]
