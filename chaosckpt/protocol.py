@@ -77,6 +77,8 @@ ENV_FAULT = "CHAOSCKPT_FAULT"
 """JSON description of the armed fault (see ``chaosckpt.agent.faults``), absent for none."""
 ENV_MARK = "CHAOSCKPT_MARK"
 """A token set on every process of one run, so the conductor can find strays."""
+ENV_WRITE_ROOTS = "CHAOSCKPT_WRITE_ROOTS"
+"""``os.pathsep``-joined folders a job may write; set only where no mount namespace confines it."""
 ENV_SAMPLER_SKEW = "CHAOSCKPT_SAMPLER_SKEW"
 """JSON ``{"variant": "offset"|"reset", "offset": d, "rank": r}``: skew DistributedSampler epochs (resume runs)."""
 

@@ -110,6 +110,10 @@ def _install() -> None:
 def start() -> None:
     """Idempotent entry point: hook torch's import in training processes, nothing elsewhere."""
     global _started
+    if protocol.ENV_WRITE_ROOTS in os.environ and not _started:
+        from chaosckpt.agent import guard
+
+        guard.install(os.environ[protocol.ENV_WRITE_ROOTS].split(os.pathsep))
     if _started or role() != "training":
         return
     _started = True

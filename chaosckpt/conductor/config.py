@@ -9,6 +9,7 @@ naming the key, so a typo never silently runs the wrong suite.
 from __future__ import annotations
 
 import difflib
+import math
 import shlex
 import sys
 from dataclasses import dataclass, field, replace
@@ -68,13 +69,13 @@ def _number(key: str, value: Any) -> None:
 
 def _positive_number(key: str, value: Any) -> None:
     _number(key, value)
-    if value <= 0:
+    if not math.isfinite(value) or value <= 0:
         raise UsageError(f"{key} must be a number of seconds > 0, got {value!r}")
 
 
 def _tolerance(key: str, value: Any) -> None:
     _number(key, value)
-    if value < 0:
+    if not math.isfinite(value) or value < 0:
         raise UsageError(f"{key} must be 0 (bitwise) or a positive relative tolerance, got {value!r}")
 
 
@@ -193,6 +194,8 @@ def _read(path: Path) -> Dict[str, Any]:
         return tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{path}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise UsageError(f"{path}: nested too deeply to read; chaosckpt's configuration is one flat table") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"cannot read {path}: {exc}") from None
 

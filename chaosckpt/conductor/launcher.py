@@ -21,6 +21,7 @@ from typing import Callable, Dict, List, Optional
 import psutil
 
 from chaosckpt import protocol
+from chaosckpt.conductor import confinement
 
 POLL_S = 0.01
 HOLD_S = 30.0
@@ -42,6 +43,8 @@ class RunSpec:
     env: Dict[str, str] = field(default_factory=dict)
     hold: Optional[Callable[[Path], bool]] = None
     """After a fault fires, the kill waits (at most ``HOLD_S``) until this is true of the events folder."""
+    maps: List[str] = field(default_factory=list)
+    """Folders outside ``cwd`` the job may write through overlays kept in the sandbox (see ``confinement``)."""
 
 
 @dataclass
@@ -170,10 +173,12 @@ def launch(spec: RunSpec) -> RunResult:
     events_dir.mkdir(exist_ok=True)
     mark = uuid.uuid4().hex
     env = job_env(spec, events_dir, mark)
+    argv, confined_env = confinement.command(spec.argv, spec.cwd, spec.log_dir, spec.maps)
+    env.update(confined_env)
     started = time.monotonic()
     with open(spec.log_dir / "stdout.log", "wb") as out, open(spec.log_dir / "stderr.log", "wb") as err:
         proc = subprocess.Popen(
-            spec.argv, cwd=spec.cwd, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True
+            argv, cwd=spec.cwd, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True
         )
     root = psutil.Process(proc.pid)
     timed_out = fault_fired = False

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional
 
-from chaosckpt.conductor import arming, cache, crash, launcher, ranks, render, sandbox, score, sweep
+from chaosckpt.conductor import arming, cache, confinement, crash, launcher, preflight, ranks, render, sandbox, score, sweep
+from chaosckpt.conductor.errors import UsageError
 from chaosckpt.conductor.loadcheck import LoadChecker
 from chaosckpt.conductor.launcher import RunResult, RunSpec
 from chaosckpt.conductor.result import Finding, Reason, RunRecord, Trial
@@ -36,6 +37,8 @@ class TrialOptions:
     """With ``sweep``: full resumes for at most this many distinct disk states."""
     ckpt_dirs: List[str] = field(default_factory=list)
     """Checkpoint directories (relative to ``workdir``) to watch besides those the reference run saved into."""
+    maps: List[Path] = field(default_factory=list)
+    """Folders outside ``workdir`` the job writes into, overlaid so the writes land in the sandbox (``--map``)."""
 
 
 class _Stop(Exception):
@@ -63,6 +66,7 @@ class TrialRunner:
         )
         self.sandbox_root = options.results_dir / "sandboxes"
         self._full_bytes = 0
+        self._maps = confinement.maps(options.workdir, options.maps, options.results_dir)
 
     def run(self) -> Trial:
         try:
@@ -79,8 +83,12 @@ class TrialRunner:
 
     def _launch(self, name: str, argv: List[str], cwd: Path, fault: Optional[dict] = None,
                 env: Optional[dict] = None, hold=None, stop_on_timeout: bool = True) -> RunResult:
-        spec = RunSpec(name, argv, cwd, self.opts.results_dir / name, self.opts.timeout_s, fault, env or {}, hold)
+        spec = RunSpec(name, argv, cwd, self.opts.results_dir / name, self.opts.timeout_s, fault, env or {}, hold,
+                       self._maps)
         result = launcher.launch(spec)
+        outside = confinement.outside_writes(result.stderr, [cwd, spec.log_dir, confinement.layers(cwd)])
+        if result.returncode and outside:
+            raise UsageError(confinement.refusal(outside))
         self.trial.runs.append(
             RunRecord(
                 name=name,
@@ -131,6 +139,9 @@ class TrialRunner:
                 f"{score.tail_line(stderr) or 'no error output'} (see {stderr})",
             )
         if log.trainer() is None:
+            stale = preflight.stale_checkpoint(log, self.opts.workdir)
+            if stale is not None:
+                raise _Stop("stale-checkpoint", stale)
             raise _Stop("no-steps-recorded", "the uninterrupted run made no step of a torch.optim optimizer")
         return log
 
@@ -143,6 +154,8 @@ class TrialRunner:
         ckpt_dirs = arming.checkpoint_dirs(reference_log, self.opts.ckpt_dirs)
         work = self._sandbox("faulted")
         roots = [str((work / rel).resolve()) for rel in ckpt_dirs]
+        if journal:
+            confinement.require_inside(roots, work)
         try:
             track = roots if journal else None
             if scen.fault == "rank-skew":
@@ -375,7 +388,7 @@ class TrialRunner:
             return []  # the resume did not trip over the file the interrupted save was writing
         findings = []
         left = self.trial.fault["files"].get(path)
-        if left is not None and left < self._full_bytes and os.path.exists(broken[0].path):
+        if left is not None and left < self._full_bytes and os.path.exists(confinement.host_path(broken[0].path, work, self._maps)):
             findings.append(
                 Finding(
                     "torn-checkpoint",
@@ -402,7 +415,8 @@ class TrialRunner:
         for save in proc.saves:
             if save.path is not None:
                 rel = self._rel(save.path, work)
-                files[rel] = os.path.getsize(save.path) if os.path.exists(save.path) else None
+                path = confinement.host_path(save.path, work, self._maps)
+                files[rel] = os.path.getsize(path) if os.path.exists(path) else None
         return files
 
     @staticmethod

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from chaosckpt.conductor import atomic, invocation, render, scenario as scenarios
+from chaosckpt.conductor import atomic, confinement, invocation, preflight, render, scenario as scenarios
 from chaosckpt.conductor.errors import EXIT_CODES, UsageError, exit_code
 from chaosckpt.conductor.result import document
 from chaosckpt.conductor.trial import TrialOptions, run_trial
@@ -41,11 +41,15 @@ from chaosckpt.conductor.trial import TrialOptions, run_trial
               help="With --sweep: run full resumes for at most N distinct disk states (the rest get a load check).")
 @click.option("--ckpt-dir", "ckpt_dirs", multiple=True, metavar="DIR",
               help="A checkpoint directory (under --workdir) the power-loss model rewrites, besides those the job saved into.")
+@click.option("--map", "maps", multiple=True, type=click.Path(path_type=Path), metavar="DIR",
+              help="A folder outside --workdir the job writes into: its writes land in the sandbox through an overlay.")
+@click.option("--exclude", "excludes", multiple=True, type=click.Path(path_type=Path), metavar="PATH",
+              help="A path under --workdir left out of the sandbox, such as a checkpoint an earlier training left.")
 @click.option("--nproc", type=int, default=None, metavar="N",
               help="Run SCRIPT.py as N ranks on this machine, through torch.distributed.run --standalone.")
 @click.option("--json", "as_json", is_flag=True, help="Print only the result document, as JSON, on stdout.")
 def command(args, scenario_name, params, resume_args, resume_cmd, timeout, tolerance, out, workdir, keep_sandbox, sweep,
-            max_resumes, ckpt_dirs, nproc, as_json):
+            max_resumes, ckpt_dirs, maps, excludes, nproc, as_json):
     """Run a training job, inject a fault, resume it, and score the recovery.
 
     \b
@@ -69,15 +73,19 @@ def command(args, scenario_name, params, resume_args, resume_cmd, timeout, toler
     scen = scenarios.load(scenario_name, overrides)
     command = invocation.with_ranks(invocation.job_command(args, workdir), nproc)
     resume = invocation.resume_command(command, invocation.split("--resume-args", resume_args), invocation.split("--resume-cmd", resume_cmd))
-    if timeout <= 0:
-        raise UsageError(f"--timeout {timeout:g} is invalid: a run needs some time; give seconds > 0")
-    if tolerance < 0:
-        raise UsageError(f"--tolerance {tolerance:g} is invalid: use 0 for bitwise or a positive relative tolerance")
+    invocation.check_seconds("--timeout", timeout)
+    invocation.check_tolerance("--tolerance", tolerance)
+    invocation.check_sweep(scen, sweep)
+    exclude = [out, *invocation.excluded(excludes, workdir)]
+    mapped = confinement.maps(workdir, maps, out.resolve())
     results = invocation.results_dir(out, scen.name)
-    opts = TrialOptions(command, resume, workdir, results, timeout, tolerance, keep_sandbox, exclude=[out],
-                        ckpt_dirs=invocation.ckpt_dirs(ckpt_dirs, workdir), sweep=sweep, max_resumes=max_resumes)
+    opts = TrialOptions(command, resume, workdir, results, timeout, tolerance, keep_sandbox, exclude=exclude,
+                        ckpt_dirs=invocation.ckpt_dirs(ckpt_dirs, workdir), sweep=sweep, max_resumes=max_resumes,
+                        maps=[Path(m) for m in mapped])
     if not as_json:
         click.echo(f"chaosckpt: {scen.name} on {shlex.join(command)} (results in {os.path.relpath(results)})", err=True)
+        survey = preflight.survey(workdir, [*exclude, results], results / "sandboxes")
+        click.echo(f"chaosckpt: {preflight.line(survey, mapped)}", err=True)
     trial = run_trial(scen, opts)
     doc = document([trial])
     atomic.write_text(results / "result.json", json.dumps(doc, indent=2) + "\n")
