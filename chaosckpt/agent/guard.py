@@ -13,9 +13,45 @@ import builtins
 import errno
 import io
 import os
-from typing import Callable, List
+import re
+import sys
+from typing import Callable, List, Optional
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+REFUSED = "chaosckpt: refused write outside the sandbox: "
+"""Starts the line naming a refused write; ``chaosckpt.conductor.confinement`` reads it."""
+_NATIVE = re.compile(r"(?:File|Parent directory) (.+?) (?:cannot be opened|does not exist)")
+"""torch's C++ writers name the file they could not create this way, without an errno."""
+
+
+def _refused(exc: BaseException) -> Optional[str]:
+    if isinstance(exc, OSError) and exc.errno == errno.EROFS and isinstance(exc.filename, (str, bytes)):
+        return os.path.abspath(os.fsdecode(exc.filename))
+    match = _NATIVE.search(str(exc)) if isinstance(exc, RuntimeError) else None
+    if match:
+        folder = os.path.dirname(os.path.abspath(match.group(1))) or "/"
+        while not os.path.isdir(folder):
+            folder = os.path.dirname(folder)
+        if not os.access(folder, os.W_OK):
+            return os.path.abspath(match.group(1))
+    return None
+
+
+def name_refusals() -> None:
+    """When the job dies of a refused write, name the file as an absolute path: the job may have
+    changed folder since, and its own message gives the path as it was written."""
+    previous = sys.excepthook
+
+    def hook(kind, exc, tb):
+        previous(kind, exc, tb)
+        try:
+            path = _refused(exc)
+            if path is not None:
+                sys.stderr.write(f"{REFUSED}{path}\n")
+        except Exception:
+            pass
+
+    sys.excepthook = hook
 
 
 def install(roots: List[str]) -> None:

@@ -110,10 +110,12 @@ def _install() -> None:
 def start() -> None:
     """Idempotent entry point: hook torch's import in training processes, nothing elsewhere."""
     global _started
-    if protocol.ENV_WRITE_ROOTS in os.environ and not _started:
+    if not _started:
         from chaosckpt.agent import guard
 
-        guard.install(os.environ[protocol.ENV_WRITE_ROOTS].split(os.pathsep))
+        guard.name_refusals()
+        if protocol.ENV_WRITE_ROOTS in os.environ:
+            guard.install(os.environ[protocol.ENV_WRITE_ROOTS].split(os.pathsep))
     if _started or role() != "training":
         return
     _started = True

@@ -29,6 +29,7 @@ HELPER = Path(__file__).resolve().with_name("confine.py")
 PRIVATE = ("/tmp", "/dev/shm")
 """Shared scratch folders every run gets a private overlay of."""
 _OUTSIDE = (
+    re.compile(r"^chaosckpt: refused write outside the sandbox: (.+)$", re.M),
     re.compile(r"Read-only file system: '([^']+)'"),
     re.compile(r"File (/\S+) cannot be opened"),
     re.compile(r"Parent directory (/\S+) does not exist"),

@@ -78,9 +78,10 @@ def command(args, scenario_name, params, resume_args, resume_cmd, timeout, toler
     invocation.check_sweep(scen, sweep)
     exclude = [out, *invocation.excluded(excludes, workdir)]
     mapped = confinement.maps(workdir, maps, out.resolve())
+    watched = invocation.ckpt_dirs(ckpt_dirs, workdir)
     results = invocation.results_dir(out, scen.name)
     opts = TrialOptions(command, resume, workdir, results, timeout, tolerance, keep_sandbox, exclude=exclude,
-                        ckpt_dirs=invocation.ckpt_dirs(ckpt_dirs, workdir), sweep=sweep, max_resumes=max_resumes,
+                        ckpt_dirs=watched, sweep=sweep, max_resumes=max_resumes,
                         maps=[Path(m) for m in mapped])
     if not as_json:
         click.echo(f"chaosckpt: {scen.name} on {shlex.join(command)} (results in {os.path.relpath(results)})", err=True)
