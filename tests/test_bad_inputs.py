@@ -44,6 +44,10 @@ CONFIGS = {
     "workdir-number": 'command = "train.py"\nscenarios = ["kill9-mid-save"]\nworkdir = 3\n',
     "command-number": 'command = 3\nscenarios = ["kill9-mid-save"]\n',
     "scenario-entry-bad": 'command = "train.py"\nscenarios = [{scenario = "kill9-mid-save", when = 1}]\n',
+    "map-not-list": 'command = "train.py"\nscenarios = ["kill9-mid-save"]\nmap = "/scratch"\n',
+    "map-missing": 'command = "train.py"\nscenarios = ["kill9-mid-save"]\nmap = ["/no/such/folder"]\n',
+    "exclude-numbers": 'command = "train.py"\nscenarios = ["kill9-mid-save"]\nexclude = [1]\n',
+    "exclude-outside": 'command = "train.py"\nscenarios = ["kill9-mid-save"]\nexclude = ["../x"]\n',
     "both-resumes": 'command = "train.py"\nscenarios = ["kill9-mid-save"]\nresume_args = "-r"\nresume_command = "x"\n',
 }
 RUN = ["run", "train.py", "-s", "kill9-mid-save"]

@@ -21,7 +21,7 @@ import tempfile
 from dataclasses import asdict
 from importlib import metadata
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional
+from typing import Dict, Iterable, List, Optional, Sequence
 
 from chaosckpt import __version__
 from chaosckpt.conductor import atomic, launcher, sandbox
@@ -126,13 +126,14 @@ def key(parts: Dict[str, object]) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
 
 
-def run_reference(command: List[str], workdir: Path, dest: Path, timeout_s: float, exclude: Iterable[Path]) -> RunRecord:
+def run_reference(command: List[str], workdir: Path, dest: Path, timeout_s: float, exclude: Iterable[Path],
+                  maps: Sequence[str] = ()) -> RunRecord:
     """Run the job once without a fault into ``dest`` (``events/``, logs, ``run.json``) from a private sandbox."""
     dest.mkdir(parents=True, exist_ok=True)
     box = dest.parent / f".sandbox-{dest.name}"
     try:
         sandbox.create(workdir, box, exclude=[*exclude, dest])
-        result = launcher.launch(RunSpec("reference", list(command), box, dest, timeout_s))
+        result = launcher.launch(RunSpec("reference", list(command), box, dest, timeout_s, maps=list(maps)))
     finally:
         sandbox.remove(box)
     record = RunRecord(
@@ -190,7 +191,7 @@ class ReferenceCache:
 
 
 def reference_into(dest: Path, key_: str, parts: Dict[str, object], command: List[str], workdir: Path,
-                   timeout_s: float, exclude: Iterable[Path], fresh: bool = False) -> bool:
+                   timeout_s: float, exclude: Iterable[Path], fresh: bool = False, maps: Sequence[str] = ()) -> bool:
     """Fill ``dest`` with the reference run: from the project's cache, else run it (and cache it when it
     exited 0). ``fresh`` runs it even when cached, replacing the entry. True when it came from the cache."""
     store = ReferenceCache.of_project(workdir)
@@ -199,7 +200,7 @@ def reference_into(dest: Path, key_: str, parts: Dict[str, object], command: Lis
         restore(entry, dest)
         return True
     shutil.rmtree(dest, ignore_errors=True)
-    record = run_reference(command, workdir, dest, timeout_s, exclude)
+    record = run_reference(command, workdir, dest, timeout_s, exclude, maps)
     if record.returncode == 0 and not record.timed_out and not record.survivors:
         if fresh:
             store.discard(key_)

@@ -52,6 +52,10 @@ class SuiteConfig:
     jobs: int = 1
     trials: int = 0
     seed: Optional[int] = None
+    map: Tuple[Path, ...] = ()
+    """Folders outside ``workdir`` the job writes into (``--map``), from the file's folder."""
+    exclude: Tuple[Path, ...] = ()
+    """Paths left out of the sandbox (``--exclude``), relative to ``workdir``."""
     source: Optional[str] = None
 
     def merged(self, **cli: Any) -> "SuiteConfig":
@@ -102,6 +106,11 @@ def _path(key: str, value: Any) -> None:
         raise UsageError(f"{key} must be a path (a string), got {value!r}")
 
 
+def _paths(key: str, value: Any) -> None:
+    if not isinstance(value, tuple) or not all(isinstance(v, Path) for v in value):
+        raise UsageError(f"{key} must be a list of paths (strings), got {value!r}")
+
+
 def _entries(key: str, value: Any) -> None:
     if not isinstance(value, tuple) or not all(isinstance(v, ScenarioEntry) for v in value):
         raise UsageError(f"{key} must be a list of scenarios")
@@ -120,6 +129,8 @@ _CHECKS: Dict[str, Callable[[str, Any], None]] = {
     "jobs": _whole(1),
     "trials": _whole(0),
     "seed": _seed,
+    "map": _paths,
+    "exclude": _paths,
 }
 KEYS = tuple(k for k in _CHECKS)
 """The keys a configuration file may hold; ``source`` is chaosckpt's own."""
@@ -176,6 +187,10 @@ def from_table(table: Dict[str, Any], base: Path, prefix: str) -> SuiteConfig:
             if not isinstance(value, str) or not value:
                 raise UsageError(f"{name} must be a path (a string), got {value!r}")
             value = base / value
+        elif key in ("map", "exclude"):
+            if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+                raise UsageError(f"{name} must be a list of paths (strings), got {value!r}")
+            value = tuple(base / v if key == "map" else Path(v) for v in value)
         elif key == "scenarios":
             if not isinstance(value, list) or not value:
                 raise UsageError(f"{name} must be a non-empty list of scenarios")

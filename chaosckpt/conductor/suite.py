@@ -74,6 +74,10 @@ class Plan:
     created: str
     state: str = "running"
     """``running`` (or interrupted: the process is gone), ``finished``."""
+    maps: List[str] = field(default_factory=list)
+    """Folders outside ``workdir`` overlaid for the job's writes (see ``confinement``)."""
+    exclude: List[str] = field(default_factory=list)
+    """Paths under ``workdir`` left out of the sandboxes."""
     format: int = FORMAT
     chaosckpt: str = __version__
 
@@ -216,7 +220,8 @@ class Suite:
             "nproc": self.plan.nproc,
             "keep_sandbox": self.keep_sandbox,
             "reference": str(self.folder / "reference"),
-            "exclude": [self.plan.results],
+            "exclude": [self.plan.results, *self.plan.exclude],
+            "maps": self.plan.maps,
         }
         path = folder / "spec.json"
         atomic.write_text(path, json.dumps(spec, indent=2) + "\n")
@@ -259,7 +264,7 @@ def prepare_reference(folder: Path, plan: Plan, parts: Dict[str, object], fresh:
     if (dest / cache.RUN_FILE).is_file():
         return True
     return cache.reference_into(dest, plan.reference_key, parts, plan.command, Path(plan.workdir), plan.timeout,
-                                [Path(plan.results)], fresh)
+                                [Path(plan.results), *map(Path, plan.exclude)], fresh, plan.maps)
 
 
 def _die_with_parent() -> None:
@@ -294,7 +299,7 @@ def worker(spec_path: Path) -> int:
     opts = TrialOptions(
         spec["command"], spec["resume_command"], Path(spec["workdir"]), Path(spec["results_dir"]),
         spec["timeout"], spec["tolerance"], spec["keep_sandbox"], reference=Path(spec["reference"]),
-        exclude=[Path(p) for p in spec["exclude"]],
+        exclude=[Path(p) for p in spec["exclude"]], maps=[Path(p) for p in spec.get("maps", [])],
     )
     trial = run_trial(scen, opts)
     atomic.write_text(opts.results_dir / "result.json", json.dumps(document([trial]), indent=2) + "\n")

@@ -119,6 +119,9 @@ class TrialRunner:
         else:
             record = cache.restore(self.opts.reference, self.opts.results_dir / "reference")
             self.trial.runs.append(record)
+            outside = confinement.outside_writes(Path(record.stderr), [self.opts.reference.parent])
+            if record.returncode and outside:
+                raise UsageError(confinement.refusal(outside))
             if record.timed_out:
                 raise _Stop("timeout", f"the reference run did not finish within its time limit (see {record.stderr})")
             if record.survivors:

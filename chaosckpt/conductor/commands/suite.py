@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import click
 
-from chaosckpt.conductor import atomic, cache, config as configs, history, invocation, scenario as scenarios
+from chaosckpt.conductor import atomic, cache, config as configs, confinement, history, invocation, scenario as scenarios
 from chaosckpt.conductor.commands import report as report_command
 from chaosckpt.conductor.errors import EXIT_CODES, ExitCode, UsageError, exit_code
 from chaosckpt.conductor.reports import stored
@@ -70,10 +70,13 @@ def _new_plan(conf: configs.SuiteConfig, from_cli: bool, params: Dict[str, Any])
     base = Path(conf.source).parent if conf.source else Path.cwd()
     trials = _plan_trials(conf, base, params)
     results = conf.results.resolve()
-    parts = cache.key_parts(command, resume, workdir, [results])
+    exclude = [str(p) for p in invocation.excluded(conf.exclude, workdir)]
+    maps = confinement.maps(workdir, conf.map, results)
+    parts = cache.key_parts(command, resume, workdir, [results, *map(Path, exclude)])
     plan = Plan(args=args, command=command, resume_command=resume, resume_option=resume_option, workdir=str(workdir),
                 results=str(results), timeout=float(conf.timeout), tolerance=float(conf.tolerance), nproc=conf.nproc,
-                seed=conf.seed, trials=trials, reference_key=cache.key(parts), created=time.strftime("%Y-%m-%d %H:%M:%S"))
+                seed=conf.seed, trials=trials, reference_key=cache.key(parts), created=time.strftime("%Y-%m-%d %H:%M:%S"),
+                maps=maps, exclude=exclude)
     return plan, parts
 
 
