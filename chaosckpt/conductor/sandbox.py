@@ -79,8 +79,9 @@ def create(workdir: Path, dest: Path, exclude: Iterable[Path] = (), bind_large: 
     skip: List[Path] = [Path(p).resolve() for p in exclude]
     skip.append(dest.resolve())
     dest.parent.mkdir(parents=True, exist_ok=True)
+    clone = reflinks(workdir, dest.parent)
     if bind_large is None:
-        bind_large = confinement.available() and not reflinks(workdir, dest.parent)
+        bind_large = confinement.available() and not clone
     inherited = bound_inputs(workdir)
     bound: Dict[str, str] = {}
 
@@ -94,7 +95,7 @@ def create(workdir: Path, dest: Path, exclude: Iterable[Path] = (), bind_large: 
             open(dst, "wb").close()
             bound[rel] = inherited.get(rel, src)
             return dst
-        return _clone_or_copy(src, dst)
+        return _clone_or_copy(src, dst) if clone else shutil.copy2(src, dst)
 
     shutil.copytree(workdir, dest, symlinks=True, ignore=ignore, copy_function=copy)
     if bound:
