@@ -70,12 +70,17 @@ def survey(workdir: Path, exclude: Iterable[Path], dest_parent: Path) -> Survey:
     return out
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def line(s: Survey, maps: Sequence[str]) -> str:
     """The preflight, in one line."""
     how = "cloned copy-on-write (reflinks)" if s.reflinks else f"copied ({_size(s.copied_bytes)} written per sandbox)"
-    parts = [f"sandbox of {s.files} files, {_size(s.bytes)}: {how}"]
+    parts = [f"sandbox of {_count(s.files, 'file')}, {_size(s.bytes)}: {how}"]
     if s.bound:
-        parts.append(f"{len(s.bound)} large input(s) ({_size(s.bound_bytes)}, such as {s.bound[0]}) bound read-only, "
+        names = ", ".join(s.bound[:3]) + (", ..." if len(s.bound) > 3 else "")
+        parts.append(f"{_count(len(s.bound), 'large input')} ({_size(s.bound_bytes)}: {names}) bound read-only, "
                      "not copied, since this file system has no reflinks")
     if s.skipped:
         parts.append(f"skipped {', '.join(s.skipped[:3])}{', ...' if len(s.skipped) > 3 else ''}: "
