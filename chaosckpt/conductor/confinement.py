@@ -28,12 +28,14 @@ from chaosckpt.conductor.errors import UsageError
 HELPER = Path(__file__).resolve().with_name("confine.py")
 PRIVATE = ("/tmp", "/dev/shm")
 """Shared scratch folders every run gets a private overlay of."""
+CACHES = ("~/.cache",)
+"""Folders libraries write behind the job's back (Hugging Face, torch hub, pip): overlaid when they exist."""
 _OUTSIDE = (
     re.compile(r"^chaosckpt: refused write outside the sandbox: (.+)$", re.M),
     re.compile(r"Read-only file system: '([^']+)'"),
     re.compile(r"File (/\S+) cannot be opened"),
     re.compile(r"Parent directory (/\S+) does not exist"),
-    re.compile(r"[Rr]ead-only file system[^/]*(/\S+)"),
+    re.compile(r"(/[^\s:'\"]+): [Rr]ead-only file system"),
 )
 """How a refused write shows in a job's error output: Python's OSError, torch's C++ writers, shell tools."""
 
@@ -176,7 +178,7 @@ def links_out(workdir: Path) -> List[str]:
 
 
 def maps(workdir: Path, given: Sequence[Path], results: Path) -> List[str]:
-    """Every folder to overlay: those given (``--map``) and those the working directory's links lead to."""
+    """Every folder to overlay: those given (``--map``), those the working directory's links lead to, and caches."""
     out: List[str] = []
     for raw in given:
         folder = os.path.realpath(raw)
@@ -189,7 +191,8 @@ def maps(workdir: Path, given: Sequence[Path], results: Path) -> List[str]:
         if inside(folder, workdir):
             raise UsageError(f"--map {raw} is inside the working directory, whose writes already stay in the sandbox")
         out.append(folder)
-    for folder in links_out(workdir):
+    caches = [os.path.realpath(os.path.expanduser(c)) for c in CACHES]
+    for folder in links_out(workdir) + [c for c in caches if os.path.isdir(c)]:
         if folder not in out and not inside(str(workdir), Path(folder)) and not inside(str(results), Path(folder)):
             out.append(folder)
     return out
