@@ -36,6 +36,8 @@ MS_REC = 16384
 MS_PRIVATE = 1 << 18
 UNCONFINED = 125
 """Exit status of the helper when it cannot build the namespace; nothing of the job ran."""
+FAILED = "chaosckpt: cannot confine the job to its sandbox: "
+"""Starts the helper's one line when it exits ``UNCONFINED``."""
 VIRTUAL = ("/proc", "/sys", "/dev")
 """Kernel file systems left as they are: they hold no user files (``/dev/shm`` is replaced)."""
 
@@ -138,7 +140,8 @@ def main(argv: List[str]) -> None:
     try:
         confine(spec)
     except OSError as exc:
-        sys.stderr.write(f"chaosckpt: cannot confine the job to its sandbox: {exc}\n")
+        sys.stderr.write(f"{FAILED}{exc.strerror or exc}; map another folder or leave it out (--map, links out of the working "
+                         "directory)\n")
         sys.exit(UNCONFINED)
     os.chdir(spec["cwd"])
     try:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from chaosckpt import protocol
+from chaosckpt.conductor import confine
 from chaosckpt.conductor.errors import UsageError
 
 HELPER = Path(__file__).resolve().with_name("confine.py")
@@ -135,12 +136,16 @@ def _existing(path: str) -> str:
     return folder
 
 
+def _tail(stderr: Path) -> str:
+    try:
+        return stderr.read_text(errors="replace")[-20000:]
+    except OSError:
+        return ""
+
+
 def outside_writes(stderr: Path, allowed: Iterable[Path]) -> List[str]:
     """Paths outside ``allowed`` that the job's error output says it could not write."""
-    try:
-        text = stderr.read_text(errors="replace")[-20000:]
-    except OSError:
-        return []
+    text = _tail(stderr)
     allowed = list(allowed)
     found: List[str] = []
     for pattern in _OUTSIDE:
@@ -149,6 +154,18 @@ def outside_writes(stderr: Path, allowed: Iterable[Path]) -> List[str]:
             if os.path.isabs(path) and not any(inside(path, a) for a in allowed) and path not in found:
                 found.append(path)
     return found
+
+
+def refuse_outside(returncode: Optional[int], stderr: Path, allowed: Iterable[Path]) -> None:
+    """A usage error when a run failed because it wrote outside ``allowed``, or could not be confined at all
+    (a mapped folder overlayfs refuses): the trial cannot go on."""
+    if returncode == confine.UNCONFINED:
+        for text in _tail(stderr).splitlines():
+            if text.startswith(confine.FAILED):
+                raise UsageError(text[len("chaosckpt: "):])
+    outside = outside_writes(stderr, allowed) if returncode else []
+    if outside:
+        raise UsageError(refusal(outside))
 
 
 def refusal(paths: List[str], config_key: str = "map") -> str:
@@ -199,6 +216,13 @@ def maps(workdir: Path, given: Sequence[Path], results: Path) -> List[str]:
 
 
 def remove(cwd: Path) -> None:
+    """Remove the layers of sandbox ``cwd`` (or of the sandboxes in folder ``cwd``); overlayfs leaves its work
+    folders mode 000, which only root could enter to remove."""
+    for inner in [*layers(cwd).glob("*/work/work"), *cwd.glob("*.layers/*/work/work")]:
+        try:
+            inner.chmod(0o700)
+        except OSError:
+            pass
     shutil.rmtree(layers(cwd), ignore_errors=True)
 
 

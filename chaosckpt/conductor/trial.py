@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import List, Optional
 
 from chaosckpt.conductor import arming, cache, confinement, crash, launcher, preflight, ranks, render, sandbox, score, sweep
-from chaosckpt.conductor.errors import UsageError
 from chaosckpt.conductor.loadcheck import LoadChecker
 from chaosckpt.conductor.launcher import RunResult, RunSpec
 from chaosckpt.conductor.result import Finding, Reason, RunRecord, Trial
@@ -86,9 +85,7 @@ class TrialRunner:
         spec = RunSpec(name, argv, cwd, self.opts.results_dir / name, self.opts.timeout_s, fault, env or {}, hold,
                        self._maps)
         result = launcher.launch(spec)
-        outside = confinement.outside_writes(result.stderr, [cwd, spec.log_dir, confinement.layers(cwd)])
-        if result.returncode and outside:
-            raise UsageError(confinement.refusal(outside))
+        confinement.refuse_outside(result.returncode, result.stderr, [cwd, spec.log_dir, confinement.layers(cwd)])
         self.trial.runs.append(
             RunRecord(
                 name=name,
@@ -119,9 +116,7 @@ class TrialRunner:
         else:
             record = cache.restore(self.opts.reference, self.opts.results_dir / "reference")
             self.trial.runs.append(record)
-            outside = confinement.outside_writes(Path(record.stderr), [self.opts.reference.parent])
-            if record.returncode and outside:
-                raise UsageError(confinement.refusal(outside))
+            confinement.refuse_outside(record.returncode, Path(record.stderr), [self.opts.reference.parent])
             if record.timed_out:
                 raise _Stop("timeout", f"the reference run did not finish within its time limit (see {record.stderr})")
             if record.survivors:
