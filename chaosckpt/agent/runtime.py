@@ -100,7 +100,10 @@ def _install() -> None:
     interpose.install(rec)
     when_imported("torch.distributed.checkpoint", lambda: interpose.install_dcp(rec))
     if rec.fault is not None and rec.fault.track is not None:
-        rec.journal = fileops.Journal(rec.emit, rec.fault.track, os.path.join(run_dir, "keep"))
+        import tempfile
+
+        tracked = [*rec.fault.track, tempfile.gettempdir()]  # the job's own, which chaosckpt put in its sandbox
+        rec.journal = fileops.Journal(rec.emit, tracked, os.path.join(run_dir, "keep"))
         fileops.install(rec.journal)
     os.register_at_fork(after_in_child=rec.disable)
     atexit.register(rec.fire_pending)

@@ -29,6 +29,9 @@ from chaosckpt.conductor.errors import UsageError
 HELPER = Path(__file__).resolve().with_name("confine.py")
 PRIVATE = ("/tmp", "/dev/shm")
 """Shared scratch folders every run gets a private overlay of."""
+TMP = Path(".chaosckpt", "tmp")
+"""The job's ``TMPDIR``, inside its sandbox: a temporary file renamed into a checkpoint folder stays a rename
+(a ``/tmp`` of another mount would make it a copy), and the journal sees it. Never copied between sandboxes."""
 CACHES = ("~/.cache",)
 """Folders libraries write behind the job's back (Hugging Face, torch hub, pip): overlaid when they exist."""
 _OUTSIDE = (
@@ -94,11 +97,11 @@ def _prefix(spec: Path) -> List[str]:
 
 def command(argv: List[str], cwd: Path, log_dir: Path, maps: Sequence[str]) -> Tuple[List[str], Dict[str, str]]:
     """The command line and environment that run ``argv`` confined to ``cwd`` (plus ``log_dir`` and ``maps``)."""
-    if available():
-        return [*_prefix(_spec(cwd, log_dir, maps)), *argv], {"TMPDIR": "/tmp"}
-    tmp = _layer(cwd, "/tmp") / "upper"
+    tmp = cwd / TMP
     tmp.mkdir(parents=True, exist_ok=True)
-    roots = [str(cwd), str(log_dir), str(tmp)]
+    if available():
+        return [*_prefix(_spec(cwd, log_dir, maps)), *argv], {"TMPDIR": str(tmp)}
+    roots = [str(cwd), str(log_dir)]
     return argv, {"TMPDIR": str(tmp), protocol.ENV_WRITE_ROOTS: os.pathsep.join(roots)}
 
 

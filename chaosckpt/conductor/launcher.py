@@ -174,7 +174,7 @@ def launch(spec: RunSpec) -> RunResult:
     mark = uuid.uuid4().hex
     env = job_env(spec, events_dir, mark)
     argv, confined_env = confinement.command(spec.argv, spec.cwd, spec.log_dir, spec.maps)
-    env.update(confined_env)
+    env.update({k: v for k, v in confined_env.items() if k not in spec.env})
     started = time.monotonic()
     with open(spec.log_dir / "stdout.log", "wb") as out, open(spec.log_dir / "stderr.log", "wb") as err:
         proc = subprocess.Popen(
