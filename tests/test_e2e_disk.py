@@ -176,7 +176,7 @@ def test_tempfile_move_and_rmtree_are_journaled(tmp_path):
     work = tmp_path / "work"
     (work / "ckpt").mkdir(parents=True)
     (work / "job.py").write_text(JOURNALED)
-    temp = work / confinement.TMP  # the job's TMPDIR: chaosckpt keeps it in the sandbox, where renames stay renames
+    temp = Path(confinement.JOB_TMPDIR)  # the job's TMPDIR: a link into its sandbox, where renames stay renames
     fault = {"kind": "halt", "save": 99, "after_save": True, "track": [str((work / "ckpt").resolve())]}
     result = launcher.launch(launcher.RunSpec("journal", [sys.executable, "job.py"], work, tmp_path / "run", 120, fault))
     assert result.returncode == 0, result.stderr.read_text()

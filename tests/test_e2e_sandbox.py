@@ -101,27 +101,23 @@ def test_chdir_then_save_is_refused_then_mapped(project, outside):
     assert digest(project, outside) == before
 
 
-def test_fifo_and_socket_are_skipped_with_a_note(project):
+@needs_namespace
+def test_fifo_socket_and_a_large_input_are_not_copied(project):
+    """One trial for the three odd files, to keep the suite short: a FIFO and a socket are skipped with a note
+    (a FIFO used to hang chaosckpt, a socket to crash it), a sparse 1 GB input is bound read-only, not copied."""
     os.mkfifo(project / "pipe")
     server = socket.socket(socket.AF_UNIX)
     server.bind(str(project / "sock"))
+    with open(project / "data.bin", "wb") as f:
+        f.truncate(1 << 30)
     try:
         before = digest(project)
-        res = chaos(project)
+        res = chaos(project, "--keep-sandbox", "--", "--input", "data.bin")
         passed(res)
         assert "skipped pipe (FIFO), sock (socket): FIFOs, sockets and devices are never copied" in res.stderr
         assert digest(project) == before
     finally:
         server.close()
-
-
-@needs_namespace
-def test_a_large_input_is_bound_read_only_not_copied(project):
-    with open(project / "data.bin", "wb") as f:
-        f.truncate(1 << 30)
-    before = digest(project)
-    res = chaos(project, "--keep-sandbox", "--", "--input", "data.bin")
-    passed(res)
     if sandbox.reflinks(project, project.parent):
         assert "sandbox of 2 files, 1.0 GB: cloned copy-on-write (reflinks)" in res.stderr
         return
@@ -129,7 +125,6 @@ def test_a_large_input_is_bound_read_only_not_copied(project):
         "read-only, not copied, since this file system has no reflinks" in res.stderr
     boxes = list((project.parent / "results").glob("*/sandboxes/faulted"))
     assert boxes and (boxes[0] / "data.bin").stat().st_size == 0
-    assert digest(project) == before
 
 
 def test_a_stale_checkpoint_is_named_with_the_fix(project):

@@ -30,8 +30,11 @@ HELPER = Path(__file__).resolve().with_name("confine.py")
 PRIVATE = ("/tmp", "/dev/shm")
 """Shared scratch folders every run gets a private overlay of."""
 TMP = Path(".chaosckpt", "tmp")
-"""The job's ``TMPDIR``, inside its sandbox: a temporary file renamed into a checkpoint folder stays a rename
-(a ``/tmp`` of another mount would make it a copy), and the journal sees it. Never copied between sandboxes."""
+"""The job's temporary folder, inside its sandbox: a temporary file renamed into a checkpoint folder stays a
+rename (a ``/tmp`` of another mount would make it a copy), and the journal sees it. Never copied between sandboxes."""
+JOB_TMPDIR = "/tmp/chaosckpt"
+"""The job's ``TMPDIR`` in the namespace: a link in the private ``/tmp`` to ``TMP``, short enough for the
+AF_UNIX sockets multiprocessing makes there (108 bytes), which the sandbox's own path may not be."""
 CACHES = ("~/.cache",)
 """Folders libraries write behind the job's back (Hugging Face, torch hub, pip): overlaid when they exist."""
 _OUTSIDE = (
@@ -81,6 +84,9 @@ def _spec(cwd: Path, log_dir: Path, maps: Sequence[str]) -> Path:
         layer = _layer(cwd, target)
         for part in ("upper", "work"):
             (layer / part).mkdir(parents=True, exist_ok=True)
+        link = layer / "upper" / os.path.relpath(JOB_TMPDIR, "/tmp")
+        if target == "/tmp" and not os.path.lexists(link):
+            link.symlink_to(cwd / TMP)
         overlays.append({"target": target, "upper": str(layer / "upper"), "work": str(layer / "work")})
     from chaosckpt.conductor import sandbox
 
@@ -100,7 +106,8 @@ def command(argv: List[str], cwd: Path, log_dir: Path, maps: Sequence[str]) -> T
     tmp = cwd / TMP
     tmp.mkdir(parents=True, exist_ok=True)
     if available():
-        return [*_prefix(_spec(cwd, log_dir, maps)), *argv], {"TMPDIR": str(tmp)}
+        spec = _spec(cwd, log_dir, maps)
+        return [*_prefix(spec), *argv], {"TMPDIR": JOB_TMPDIR if os.path.isdir("/tmp") else str(tmp)}
     roots = [str(cwd), str(log_dir)]
     return argv, {"TMPDIR": str(tmp), protocol.ENV_WRITE_ROOTS: os.pathsep.join(roots)}
 
