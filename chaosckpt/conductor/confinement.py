@@ -236,7 +236,7 @@ def remove(cwd: Path) -> None:
     shutil.rmtree(layers(cwd), ignore_errors=True)
 
 
-def note(maps: Sequence[str]) -> Optional[str]:
+def note(maps: Sequence[str]) -> str:
     """What the preflight says about confinement."""
     how = "a private mount namespace" if available() else "the agent refusing Python writes (no mount namespace here)"
     mapped = f"; writes to {', '.join(maps)} go to overlays in the sandbox" if maps else ""
