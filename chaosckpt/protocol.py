@@ -94,6 +94,8 @@ ENV_CONDUCTOR = "CHAOSCKPT_CONDUCTOR"
 ENV_INPUTS = "CHAOSCKPT_INPUTS"
 """``1``: each process writes ``inputs.<pid>.json`` at exit, the files it read from its working directory."""
 INPUTS_PREFIX = "inputs."
+ENV_WRITE_ROOTS = "CHAOSCKPT_WRITE_ROOTS"
+"""``os.pathsep``-joined folders a job may write; set only where no mount namespace confines it."""
 ENV_SAMPLER_SKEW = "CHAOSCKPT_SAMPLER_SKEW"
 """JSON ``{"variant": "offset"|"reset", "offset": d, "rank": r}``: skew DistributedSampler epochs (resume runs)."""
 

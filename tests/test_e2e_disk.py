@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from chaosckpt.conductor import launcher
+from chaosckpt.conductor import confinement, launcher
 from chaosckpt.conductor.runlog import RunLog
 from conftest import project_with, run_chaosckpt
 
@@ -178,11 +178,9 @@ def test_tempfile_move_and_rmtree_are_journaled(tmp_path):
     work = tmp_path / "work"
     (work / "ckpt").mkdir(parents=True)
     (work / "job.py").write_text(JOURNALED)
-    temp = tmp_path / "temp"
-    temp.mkdir()
-    fault = {"kind": "halt", "save": 99, "after_save": True, "track": [str((work / "ckpt").resolve()), str(temp)]}
-    result = launcher.launch(launcher.RunSpec("journal", [sys.executable, "job.py"], work, tmp_path / "run", 120, fault,
-                                              env={"TMPDIR": str(temp)}))
+    temp = Path(confinement.JOB_TMPDIR)  # the job's TMPDIR: a link into its sandbox, where renames stay renames
+    fault = {"kind": "halt", "save": 99, "after_save": True, "track": [str((work / "ckpt").resolve())]}
+    result = launcher.launch(launcher.RunSpec("journal", [sys.executable, "job.py"], work, tmp_path / "run", 120, fault))
     assert result.returncode == 0, result.stderr.read_text()
     ops = RunLog.read(result.events_dir).ops()
     (move,) = [o for o in ops if o["op"] == "rename"]

@@ -102,7 +102,10 @@ def _install() -> None:
     interpose.install(rec)
     when_imported("torch.distributed.checkpoint", lambda: interpose.install_dcp(rec))
     if rec.fault is not None and rec.fault.track is not None:
-        rec.journal = fileops.Journal(rec.emit, rec.fault.track, os.path.join(run_dir, "keep"))
+        import tempfile
+
+        tracked = [*rec.fault.track, tempfile.gettempdir()]  # the job's own, which chaosckpt put in its sandbox
+        rec.journal = fileops.Journal(rec.emit, tracked, os.path.join(run_dir, "keep"))
         fileops.install(rec.journal)
     os.register_at_fork(after_in_child=rec.disable)
     atexit.register(rec.fire_pending)
@@ -119,6 +122,12 @@ def _install() -> None:
 def start() -> None:
     """Idempotent entry point: hook torch's import in training processes, nothing elsewhere."""
     global _started
+    if not _started:
+        from chaosckpt.agent import guard
+
+        guard.name_refusals()
+        if protocol.ENV_WRITE_ROOTS in os.environ:
+            guard.install(os.environ[protocol.ENV_WRITE_ROOTS].split(os.pathsep))
     if _started or role() not in ("training", "launcher"):
         return
     _started = True

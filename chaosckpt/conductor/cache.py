@@ -25,7 +25,7 @@ import tempfile
 from dataclasses import asdict
 from importlib import metadata
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional
+from typing import Dict, Iterable, List, Optional, Sequence
 
 from chaosckpt import __version__, protocol
 from chaosckpt.conductor import atomic, horizon, launcher, locks, sandbox
@@ -167,9 +167,10 @@ def _torch_version() -> Optional[str]:
         return None
 
 
-def key_parts(command: List[str], resume_command: List[str]) -> Dict[str, object]:
+def key_parts(command: List[str], resume_command: List[str], maps: Sequence[str] = (),
+              exclude: Sequence[str] = ()) -> Dict[str, object]:
     """What the reference run depends on besides its files (see ``inputs_changed``), as a document (stored
-    next to each entry, to explain it)."""
+    next to each entry, to explain it); the sandbox's ``--map`` and ``--exclude`` paths change what it sees."""
     env = {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES) or k == "PATH"}
     return {
         "command": list(command),
@@ -179,6 +180,8 @@ def key_parts(command: List[str], resume_command: List[str]) -> Dict[str, object
         "torch": _torch_version(),
         "chaosckpt": __version__,
         "agent": _agent_digest(),
+        "maps": [str(m) for m in maps],
+        "exclude": [str(e) for e in exclude],
     }
 
 
@@ -224,7 +227,7 @@ def damage(folder: Path) -> Optional[str]:
 
 
 def run_reference(command: List[str], workdir: Path, dest: Path, timeout_s: float, exclude: Iterable[Path],
-                  stop: Optional[Dict] = None) -> RunRecord:
+                  stop: Optional[Dict] = None, maps: Sequence[str] = ()) -> RunRecord:
     """Run the job once without a fault into ``dest`` (``events/``, logs, ``run.json``) from a private sandbox,
     to its end or to the horizon ``stop``."""
     dest.mkdir(parents=True, exist_ok=True)
@@ -232,7 +235,7 @@ def run_reference(command: List[str], workdir: Path, dest: Path, timeout_s: floa
     sandbox.remove(box)  # what a killed reference run left
     try:
         sandbox.create(workdir, box, exclude=[*exclude, dest])
-        result = launcher.launch(RunSpec("reference", list(command), box, dest, timeout_s, stop=stop,
+        result = launcher.launch(RunSpec("reference", list(command), box, dest, timeout_s, stop=stop, maps=list(maps),
                                          env={protocol.ENV_INPUTS: "1"}))
         write_inputs(dest, box, workdir, [*exclude, dest], command)
     finally:
@@ -324,7 +327,8 @@ def reaches(entry: Path, stop: Optional[Dict]) -> bool:
 
 
 def reference_into(dest: Path, key_: str, parts: Dict[str, object], command: List[str], workdir: Path,
-                   timeout_s: float, exclude: Iterable[Path], fresh: bool = False, stop: Optional[Dict] = None) -> bool:
+                   timeout_s: float, exclude: Iterable[Path], fresh: bool = False, stop: Optional[Dict] = None,
+                   maps: Sequence[str] = ()) -> bool:
     """Fill ``dest`` with the reference run: from the project's cache, else run it to the horizon ``stop``
     (and cache it when it exited 0 or reached its horizon). A cached run stopped short of ``stop`` is run
     again; ``fresh`` runs it even when cached, replacing the entry. True when it came from the cache."""
@@ -336,7 +340,7 @@ def reference_into(dest: Path, key_: str, parts: Dict[str, object], command: Lis
         if entry is not None and reaches(entry, stop):
             restore(entry, dest)
             return True
-        record = run_reference(command, workdir, dest, timeout_s, exclude, stop)
+        record = run_reference(command, workdir, dest, timeout_s, exclude, stop, maps)
         if (record.returncode == 0 or record.stopped) and not record.timed_out and not record.survivors:
             store.discard(key_)
             store.store(key_, dest, parts)

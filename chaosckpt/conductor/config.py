@@ -9,6 +9,7 @@ naming the key, so a typo never silently runs the wrong suite.
 from __future__ import annotations
 
 import difflib
+import math
 import shlex
 import sys
 from dataclasses import dataclass, field, replace
@@ -54,6 +55,10 @@ class SuiteConfig:
     seed: Optional[int] = None
     horizon: Any = horizons.DEFAULT
     """Steps compared after the resume point (see ``horizon``), or ``"end"``."""
+    map: Tuple[Path, ...] = ()
+    """Folders outside ``workdir`` the job writes into (``--map``), from the file's folder."""
+    exclude: Tuple[Path, ...] = ()
+    """Paths left out of the sandbox (``--exclude``), relative to ``workdir``."""
     source: Optional[str] = None
 
     def merged(self, **cli: Any) -> "SuiteConfig":
@@ -71,13 +76,13 @@ def _number(key: str, value: Any) -> None:
 
 def _positive_number(key: str, value: Any) -> None:
     _number(key, value)
-    if value <= 0:
+    if not math.isfinite(value) or value <= 0:
         raise UsageError(f"{key} must be a number of seconds > 0, got {value!r}")
 
 
 def _tolerance(key: str, value: Any) -> None:
     _number(key, value)
-    if value < 0:
+    if not math.isfinite(value) or value < 0:
         raise UsageError(f"{key} must be 0 (bitwise) or a positive relative tolerance, got {value!r}")
 
 
@@ -108,6 +113,11 @@ def _path(key: str, value: Any) -> None:
         raise UsageError(f"{key} must be a path (a string), got {value!r}")
 
 
+def _paths(key: str, value: Any) -> None:
+    if not isinstance(value, tuple) or not all(isinstance(v, Path) for v in value):
+        raise UsageError(f"{key} must be a list of paths (strings), got {value!r}")
+
+
 def _entries(key: str, value: Any) -> None:
     if not isinstance(value, tuple) or not all(isinstance(v, ScenarioEntry) for v in value):
         raise UsageError(f"{key} must be a list of scenarios")
@@ -127,6 +137,8 @@ _CHECKS: Dict[str, Callable[[str, Any], None]] = {
     "trials": _whole(0),
     "seed": _seed,
     "horizon": _horizon,
+    "map": _paths,
+    "exclude": _paths,
 }
 KEYS = tuple(k for k in _CHECKS)
 """The keys a configuration file may hold; ``source`` is chaosckpt's own."""
@@ -183,6 +195,10 @@ def from_table(table: Dict[str, Any], base: Path, prefix: str) -> SuiteConfig:
             if not isinstance(value, str) or not value:
                 raise UsageError(f"{name} must be a path (a string), got {value!r}")
             value = base / value
+        elif key in ("map", "exclude"):
+            if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+                raise UsageError(f"{name} must be a list of paths (strings), got {value!r}")
+            value = tuple(base / v if key == "map" else Path(v) for v in value)
         elif key == "scenarios":
             if not isinstance(value, list) or not value:
                 raise UsageError(f"{name} must be a non-empty list of scenarios")
@@ -201,6 +217,8 @@ def _read(path: Path) -> Dict[str, Any]:
         return tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{path}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise UsageError(f"{path}: nested too deeply to read; chaosckpt's configuration is one flat table") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"cannot read {path}: {exc}") from None
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import shlex
 import shutil
@@ -63,7 +64,42 @@ def job_command(args: Sequence[str], workdir: Path, base: Optional[Path] = None)
         raise UsageError(f"command {first!r} not found on PATH")
     if os.sep in first and not Path(first).exists():
         raise UsageError(f"command {first} does not exist")
+    if os.sep in first and (Path(first).is_dir() or not os.access(first, os.X_OK)):
+        raise UsageError(f"command {first} is not executable; run it through its interpreter (-- bash {first}) "
+                         f"or chmod +x {first}")
     return list(args)
+
+
+def check_seconds(option: str, value: float) -> None:
+    if not math.isfinite(value) or value <= 0:
+        raise UsageError(f"{option} {value:g} is invalid: a run needs a finite time limit; give seconds > 0")
+
+
+def check_tolerance(option: str, value: float) -> None:
+    if not math.isfinite(value) or value < 0:
+        raise UsageError(f"{option} {value:g} is invalid: use 0 for bitwise or a finite positive relative tolerance")
+
+
+SWEEPABLE = ("kill", "enospc", "power-loss")
+"""Faults that stop the job inside a save, the only ones whose crash points --sweep can walk."""
+
+
+def check_sweep(scenario, sweep: bool) -> None:
+    if sweep and scenario.fault not in SWEEPABLE:
+        raise UsageError(f"--sweep does not apply to {scenario.name}: its fault ({scenario.fault}) does not stop a "
+                         "save midway; use it with kill9-mid-save, enospc or power-loss")
+
+
+def excluded(paths: Sequence[Path], workdir: Path) -> List[Path]:
+    """``--exclude`` values: paths under the working directory (relative ones are taken from it)."""
+    out = []
+    for p in paths:
+        full = Path(os.path.abspath(workdir / p))
+        if full == workdir or workdir not in full.parents:
+            raise UsageError(f"--exclude {p} is not under the working directory {workdir}; give a path inside it, "
+                             "such as --exclude ckpt")
+        out.append(full)
+    return out
 
 
 def resume_command(command: List[str], resume_args: Optional[Sequence[str]], resume_cmd: Optional[Sequence[str]]) -> List[str]:

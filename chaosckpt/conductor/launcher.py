@@ -23,7 +23,7 @@ from typing import Callable, Dict, Iterator, List, Optional
 import psutil
 
 from chaosckpt import protocol
-from chaosckpt.conductor import logcap
+from chaosckpt.conductor import confinement, logcap
 
 POLL_S = 0.01
 HOLD_S = 30.0
@@ -53,6 +53,8 @@ class RunSpec:
     """The horizon (``CHAOSCKPT_STOP``): the job is killed once it reports having reached it."""
     watch: Optional[Callable[[Path, float], None]] = None
     """Called with the events folder and the seconds elapsed while the job runs (a progress line)."""
+    maps: List[str] = field(default_factory=list)
+    """Folders outside ``cwd`` the job may write through overlays kept in the sandbox (see ``confinement``)."""
 
 
 @dataclass
@@ -234,12 +236,14 @@ def _run(spec: RunSpec) -> RunResult:
     events_dir.mkdir(exist_ok=True)
     mark = uuid.uuid4().hex
     env = job_env(spec, events_dir, mark)
+    argv, confined_env = confinement.command(spec.argv, spec.cwd, spec.log_dir, spec.maps)
+    env.update({k: v for k, v in confined_env.items() if k not in spec.env})
     started = time.monotonic()
     out, out_log = logcap.pipe_into(spec.log_dir / "stdout.log")
     err, err_log = logcap.pipe_into(spec.log_dir / "stderr.log")
     try:
         proc = subprocess.Popen(
-            spec.argv, cwd=spec.cwd, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True,
+            argv, cwd=spec.cwd, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True,
             preexec_fn=die_with_parent(signal.SIGKILL),
         )
     finally:

@@ -17,6 +17,7 @@ REASONS = {
     "timeout": "a run did not finish in time",
     "agent-not-loaded": "no chaosckpt agent reported from the job",
     "no-steps-recorded": "the job took no optimizer step chaosckpt could see",
+    "stale-checkpoint": "the uninterrupted run resumed from a checkpoint already in the working directory",
     "baseline-nondeterministic": "the job is not deterministic, so its trajectory cannot be judged",
     "resume-took-no-steps": "the resumed job trained no further",
     "survivors": "processes of the job survived SIGKILL",

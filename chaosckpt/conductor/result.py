@@ -18,6 +18,7 @@ Reason = Literal[
     "timeout",
     "agent-not-loaded",
     "no-steps-recorded",
+    "stale-checkpoint",
     "baseline-nondeterministic",
     "resume-took-no-steps",
     "survivors",

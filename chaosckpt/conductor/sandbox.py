@@ -1,20 +1,53 @@
 """Private copies of the user's working directory, so no run ever writes the user's files.
 
 Files are cloned with copy-on-write reflinks where the filesystem has them and
-copied otherwise; never hard-linked, since a write through a hard link would
-reach the user's file. Symbolic links are copied as links.
+copied otherwise, except large inputs, which the run's namespace binds read-only;
+never hard-linked, since a write through a hard link would reach the user's
+file. Symbolic links are copied as links; FIFOs, sockets and devices are skipped.
 """
 
 from __future__ import annotations
 
 import fcntl
+import functools
+import json
 import os
 import shutil
+import stat
+import tempfile
 from pathlib import Path
-from typing import Iterable, List
+from typing import Dict, Iterable, List, Optional
+
+from chaosckpt.conductor import confinement
 
 FICLONE = 0x40049409
 ALWAYS_EXCLUDED = (".git", "__pycache__", ".chaosckpt")
+LARGE_BYTES = 64 << 20
+"""Files this big are bound read-only into the sandbox, not copied, where reflinks are not available."""
+INPUTS = "inputs.json"
+"""In a sandbox's layers: ``{relative path: real file}`` of the large inputs bound read-only."""
+
+
+def special(mode: int) -> bool:
+    """FIFOs, sockets and device files: opening one can block or fail, so they are never copied."""
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode))
+
+
+@functools.lru_cache(maxsize=None)
+def _reflinks_between(src_dev: int, dst_dev: int, src: str, dst: str) -> bool:
+    try:
+        with tempfile.NamedTemporaryFile(dir=src) as a, tempfile.NamedTemporaryFile(dir=dst) as b:
+            a.write(b"x")
+            a.flush()
+            fcntl.ioctl(b.fileno(), FICLONE, a.fileno())
+        return True
+    except OSError:
+        return False
+
+
+def reflinks(src: Path, dst: Path) -> bool:
+    """Whether files under ``src`` can be cloned copy-on-write into ``dst`` (both existing folders)."""
+    return _reflinks_between(os.stat(src).st_dev, os.stat(dst).st_dev, str(src), str(dst))
 
 
 def _clone_or_copy(src: str, dst: str) -> str:
@@ -28,17 +61,46 @@ def _clone_or_copy(src: str, dst: str) -> str:
     return dst
 
 
-def create(workdir: Path, dest: Path, exclude: Iterable[Path] = ()) -> Path:
-    """Copy ``workdir`` to ``dest`` (which must not exist), leaving out ``exclude`` and tool folders."""
+def bound_inputs(box: Path) -> Dict[str, str]:
+    """The large inputs ``box`` holds as empty stand-ins, by relative path, with the real files."""
+    try:
+        return json.loads((confinement.layers(box) / INPUTS).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def create(workdir: Path, dest: Path, exclude: Iterable[Path] = (), bind_large: Optional[bool] = None) -> Path:
+    """Copy ``workdir`` to ``dest`` (which must not exist), leaving out ``exclude``, tool folders and special files.
+
+    Where reflinks are not available and the job runs in a namespace (``bind_large``, decided here when None),
+    files of ``LARGE_BYTES`` or more get an empty stand-in that the namespace covers with the real file, read-only.
+    """
     workdir = workdir.resolve()
     skip: List[Path] = [Path(p).resolve() for p in exclude]
     skip.append(dest.resolve())
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    clone = reflinks(workdir, dest.parent)
+    if bind_large is None:
+        bind_large = confinement.available() and not clone
+    inherited = bound_inputs(workdir)
+    bound: Dict[str, str] = {}
 
     def ignore(directory: str, names: List[str]) -> List[str]:
         here = Path(directory).resolve()
-        return [n for n in names if n in ALWAYS_EXCLUDED or here / n in skip]
+        return [n for n in names if n in ALWAYS_EXCLUDED or here / n in skip or special(os.lstat(here / n).st_mode)]
 
-    shutil.copytree(workdir, dest, symlinks=True, ignore=ignore, copy_function=_clone_or_copy)
+    def copy(src: str, dst: str) -> str:
+        rel = os.path.relpath(src, workdir)
+        if rel in inherited or bind_large and os.path.getsize(src) >= LARGE_BYTES:
+            open(dst, "wb").close()
+            bound[rel] = inherited.get(rel, src)
+            return dst
+        return _clone_or_copy(src, dst) if clone else shutil.copy2(src, dst)
+
+    shutil.copytree(workdir, dest, symlinks=True, ignore=ignore, copy_function=copy)
+    if bound:
+        confinement.layers(dest).mkdir(exist_ok=True)
+        (confinement.layers(dest) / INPUTS).write_text(json.dumps(bound, indent=2) + "\n")
     return dest
 
 
@@ -58,4 +120,6 @@ def links_out(workdir: Path) -> List[str]:
 
 
 def remove(path: Path) -> None:
+    """Remove a sandbox (or a folder of them) and the overlay layers beside it."""
     shutil.rmtree(path, ignore_errors=True)
+    confinement.remove(path)

@@ -174,6 +174,8 @@ def parse(text: str, where: str, overrides: Dict[str, Any] | None = None) -> Sce
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{where}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise UsageError(f"{where}: nested too deeply to read; a scenario is a few flat tables") from None
     known = {"name", "summary", "fault", "trigger", "expect"}
     unknown = sorted(set(data) - known)
     if unknown:
@@ -238,4 +240,6 @@ def parse_param(item: str) -> Tuple[str, Any]:
         value = tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
         value = raw
+    except RecursionError:
+        raise UsageError(f"--param {key.strip()}: the value is nested too deeply; give a number or a string") from None
     return key.strip(), value

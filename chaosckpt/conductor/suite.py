@@ -80,6 +80,10 @@ class Plan:
     """Trials per scenario still to be drawn at random points once the reference is in (``--trials``)."""
     state: str = "running"
     """``running`` (or interrupted: the process is gone), ``finished``."""
+    maps: List[str] = field(default_factory=list)
+    """Folders outside ``workdir`` overlaid for the job's writes (see ``confinement``)."""
+    exclude: List[str] = field(default_factory=list)
+    """Paths under ``workdir`` left out of the sandboxes."""
     format: int = FORMAT
     chaosckpt: str = __version__
 
@@ -227,7 +231,8 @@ class Suite:
             "keep_sandbox": self.keep_sandbox,
             "reference": str(self.folder / "reference"),
             "horizon": self.plan.horizon,
-            "exclude": [self.plan.results],
+            "exclude": [self.plan.results, *self.plan.exclude],
+            "maps": self.plan.maps,
         }
         path = folder / "spec.json"
         atomic.write_text(path, json.dumps(spec, indent=2) + "\n")
@@ -285,7 +290,7 @@ def prepare_reference(folder: Path, plan: Plan, parts: Dict[str, object], fresh:
         print(f"chaosckpt: the suite's reference run is damaged or unfinished ({why}); fetching it again",
               file=sys.stderr)
     return cache.reference_into(dest, plan.reference_key, parts, plan.command, Path(plan.workdir), plan.timeout,
-                                [Path(plan.results)], fresh, reference_stop(plan, random))
+                                [Path(plan.results), *map(Path, plan.exclude)], fresh, reference_stop(plan, random), plan.maps)
 
 
 def _stop(procs: List[subprocess.Popen]) -> None:
@@ -312,6 +317,7 @@ def worker(spec_path: Path) -> int:
         spec["command"], spec["resume_command"], Path(spec["workdir"]), Path(spec["results_dir"]),
         spec["timeout"], spec["tolerance"], spec["keep_sandbox"], reference=Path(spec["reference"]),
         exclude=[Path(p) for p in spec["exclude"]], horizon=spec.get("horizon", horizon.DEFAULT),
+        maps=[Path(p) for p in spec.get("maps", [])],
     )
     trial = run_trial(scen, opts)
     atomic.write_text(opts.results_dir / "result.json", json.dumps(document([trial]), indent=2) + "\n")

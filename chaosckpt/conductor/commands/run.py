@@ -10,8 +10,8 @@ from pathlib import Path
 
 import click
 
-from chaosckpt.conductor import atomic, config as configs, horizon as horizons, invocation, progress, render
-from chaosckpt.conductor import scenario as scenarios
+from chaosckpt.conductor import atomic, config as configs, confinement, horizon as horizons, invocation, preflight
+from chaosckpt.conductor import progress, render, scenario as scenarios
 from chaosckpt.conductor.errors import EXIT_CODES, UsageError, exit_code
 from chaosckpt.conductor.result import document
 from chaosckpt.conductor.trial import TrialOptions, run_trial
@@ -42,6 +42,10 @@ from chaosckpt.conductor.trial import TrialOptions, run_trial
               help="With --sweep: run full resumes for at most N distinct disk states (the rest get a load check).")
 @click.option("--ckpt-dir", "ckpt_dirs", multiple=True, metavar="DIR",
               help="A checkpoint directory (under --workdir) the power-loss model rewrites, besides those the job saved into.")
+@click.option("--map", "maps", multiple=True, type=click.Path(path_type=Path), metavar="DIR",
+              help="A folder outside --workdir the job writes into: its writes land in the sandbox through an overlay.")
+@click.option("--exclude", "excludes", multiple=True, type=click.Path(path_type=Path), metavar="PATH",
+              help="A path under --workdir left out of the sandbox, such as a checkpoint an earlier training left.")
 @click.option("--nproc", type=int, default=None, metavar="N",
               help="Run SCRIPT.py as N ranks on this machine, through torch.distributed.run --standalone.")
 @click.option("--config", "config_path", type=click.Path(path_type=Path), metavar="FILE",
@@ -51,7 +55,7 @@ from chaosckpt.conductor.trial import TrialOptions, run_trial
                    f"'end' runs every run to the job's end (default {horizons.DEFAULT}).")
 @click.option("--json", "as_json", is_flag=True, help="Print only the result document, as JSON, on stdout.")
 def command(args, scenario_name, params, resume_args, resume_cmd, timeout, tolerance, out, workdir, keep_sandbox, sweep,
-            max_resumes, ckpt_dirs, nproc, config_path, horizon_value, as_json):
+            max_resumes, ckpt_dirs, maps, excludes, nproc, config_path, horizon_value, as_json):
     """Run a training job, inject a fault, resume it, and score the recovery.
 
     \b
@@ -73,14 +77,15 @@ def command(args, scenario_name, params, resume_args, resume_cmd, timeout, toler
     chaosckpt.toml), the job, its resume command, nproc, timeout and tolerance
     come from there: chaosckpt run -s enospc needs nothing else.
     """
-    if timeout is not None and timeout <= 0:
-        raise UsageError(f"--timeout {timeout:g} is invalid: a run needs some time; give seconds > 0")
-    if tolerance is not None and tolerance < 0:
-        raise UsageError(f"--tolerance {tolerance:g} is invalid: use 0 for bitwise or a positive relative tolerance")
+    if timeout is not None:
+        invocation.check_seconds("--timeout", timeout)
+    if tolerance is not None:
+        invocation.check_tolerance("--tolerance", tolerance)
     conf = configs.with_command_line(
         config_path, Path.cwd(), command=tuple(args) or None, nproc=nproc, timeout=timeout, tolerance=tolerance,
         results=out, workdir=workdir, resume_args=invocation.split_tuple("--resume-args", resume_args),
-        resume_command=invocation.split_tuple("--resume-cmd", resume_cmd), horizon=horizon_value)
+        resume_command=invocation.split_tuple("--resume-cmd", resume_cmd), horizon=horizon_value,
+        map=tuple(maps) or None, exclude=tuple(excludes) or None)
     workdir = conf.workdir.resolve()
     if not workdir.is_dir():
         raise UsageError(f"--workdir {workdir} is not a directory")
@@ -90,13 +95,19 @@ def command(args, scenario_name, params, resume_args, resume_cmd, timeout, toler
     command = invocation.with_ranks(invocation.job_command(list(conf.command), workdir, base), conf.nproc if conf.nproc != 1 else None)
     resume = invocation.resume_command(command, conf.resume_args, conf.resume_command)
     timeout, tolerance, out = conf.timeout, conf.tolerance, conf.results
+    invocation.check_sweep(scen, sweep)
     horizon = horizons.parse(conf.horizon, "--horizon")
+    exclude = [out, *invocation.excluded(conf.exclude, workdir)]
+    mapped = confinement.maps(workdir, conf.map, out.resolve())
+    watched = invocation.ckpt_dirs(ckpt_dirs, workdir)
     results = invocation.results_dir(out, scen.name)
-    opts = TrialOptions(command, resume, workdir, results, timeout, tolerance, keep_sandbox, exclude=[out],
-                        ckpt_dirs=invocation.ckpt_dirs(ckpt_dirs, workdir), sweep=sweep, max_resumes=max_resumes,
+    opts = TrialOptions(command, resume, workdir, results, timeout, tolerance, keep_sandbox, exclude=exclude,
+                        ckpt_dirs=watched, sweep=sweep, max_resumes=max_resumes, maps=[Path(m) for m in mapped],
                         horizon=horizon, progress=progress.wanted(as_json))
     if not as_json:
         click.echo(f"chaosckpt: {scen.name} on {shlex.join(command)} (results in {os.path.relpath(results)})", err=True)
+        survey = preflight.survey(workdir, [*exclude, results], results / "sandboxes")
+        click.echo(f"chaosckpt: {preflight.line(survey, mapped)}", err=True)
     trial = run_trial(scen, opts)
     doc = document([trial])
     atomic.write_text(results / "result.json", json.dumps(doc, indent=2) + "\n")

@@ -14,8 +14,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import click
 
-from chaosckpt.conductor import atomic, cache, config as configs, history, horizon as horizons, invocation, keywords
-from chaosckpt.conductor import leftovers, locks, logcap, scenario as scenarios, timestamps
+from chaosckpt.conductor import atomic, cache, config as configs, confinement, history, horizon as horizons
+from chaosckpt.conductor import invocation, keywords, leftovers, locks, logcap, scenario as scenarios, timestamps
 from chaosckpt.conductor.commands import report as report_command
 from chaosckpt.conductor.envelope import envelope
 from chaosckpt.conductor.errors import EXIT_CODES, ExitCode, UsageError, exit_code
@@ -72,11 +72,13 @@ def _new_plan(conf: configs.SuiteConfig, from_cli: bool, params: Dict[str, Any])
     base = Path(conf.source).parent if conf.source else Path.cwd()
     trials = _plan_trials(conf, base, params)
     results = conf.results.resolve()
-    parts = cache.key_parts(command, resume)
+    exclude = [str(p) for p in invocation.excluded(conf.exclude, workdir)]
+    maps = confinement.maps(workdir, conf.map, results)
+    parts = cache.key_parts(command, resume, maps, exclude)
     plan = Plan(args=args, command=command, resume_command=resume, resume_option=resume_option, workdir=str(workdir),
                 results=str(results), timeout=float(conf.timeout), tolerance=float(conf.tolerance), nproc=conf.nproc,
                 seed=conf.seed, trials=trials, reference_key=cache.key(parts), created=timestamps.now(),
-                horizon=horizons.parse(conf.horizon, "horizon"))
+                horizon=horizons.parse(conf.horizon, "horizon"), maps=maps, exclude=exclude)
     return plan, parts
 
 
@@ -291,7 +293,7 @@ def _resumed(conf, keep_sandbox: bool) -> Tuple[Suite, Dict[str, object]]:
                          "it to finish, or stop it and run chaosckpt suite --resume again") from None
     suite = Suite.open(folder, jobs=conf.jobs, keep_sandbox=keep_sandbox)
     plan = suite.plan
-    parts = cache.key_parts(plan.command, plan.resume_command)
+    parts = cache.key_parts(plan.command, plan.resume_command, plan.maps, plan.exclude)
     reference = folder / "reference"
     changed = "the job or its environment changed" if cache.key(parts) != plan.reference_key else None
     if changed is None and (reference / cache.INPUTS).is_file():

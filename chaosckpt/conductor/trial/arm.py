@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional
 
-from chaosckpt.conductor import arming, crash, ranks
+from chaosckpt.conductor import arming, confinement, crash, ranks
 from chaosckpt.conductor.runlog import RunLog
 from chaosckpt.conductor.trial.context import Context
 from chaosckpt.conductor.trial.options import Stop
@@ -32,6 +32,8 @@ def arm(ctx: Context, reference: RunLog) -> Armed:
     ckpt_dirs = arming.checkpoint_dirs(reference, ctx.opts.ckpt_dirs)
     work = ctx.sandbox("faulted")
     roots = [str((work / rel).resolve()) for rel in ckpt_dirs]
+    if journal:
+        confinement.require_inside(roots, work)
     try:
         track = roots if journal else None
         if scen.fault == "rank-skew":

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
-from chaosckpt.conductor import diskspace, launcher, sandbox
+from chaosckpt.conductor import confinement, diskspace, launcher, sandbox
 from chaosckpt.conductor.launcher import RunResult, RunSpec
 from chaosckpt.conductor.result import RunRecord, Trial
 from chaosckpt.conductor.scenario import Scenario
@@ -18,6 +18,15 @@ class Context:
     scenario: Scenario
     opts: TrialOptions
     trial: Trial
+    maps: List[str] = field(default_factory=list)
+    """Every folder outside the working directory overlaid for the job's writes (see ``confinement.maps``)."""
+
+    def __post_init__(self) -> None:
+        self.maps = confinement.maps(self.opts.workdir, self.opts.maps, self.opts.results_dir)
+
+    def host_path(self, path: str, work: Path) -> str:
+        """Where chaosckpt finds the file the job wrote at ``path`` (see ``confinement.host_path``)."""
+        return confinement.host_path(path, work, self.maps)
 
     @property
     def sandbox_root(self) -> Path:
@@ -36,12 +45,13 @@ class Context:
         progress = self.opts.progress
         watch = None if progress is None else lambda events, elapsed: progress(name, events, elapsed, stop)
         spec = RunSpec(name, argv, cwd, self.opts.results_dir / name, self.opts.timeout_s, fault, env or {}, hold,
-                       stop, watch)
+                       stop, watch, self.maps)
         try:
             result = launcher.launch(spec)
         finally:
             if progress is not None:
                 progress.done()
+        confinement.refuse_outside(result.returncode, result.stderr, [cwd, spec.log_dir, confinement.layers(cwd)])
         self.trial.runs.append(
             RunRecord(
                 name=name,

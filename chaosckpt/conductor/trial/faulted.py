@@ -65,17 +65,18 @@ def faulted(ctx: Context, armed: Armed, reference: RunLog) -> Faulted:
         "step": step,
         **{k: event[k] for k in ("write", "bytes", "op", "free_bytes") if k in event},
         "path": rel(event.get("path"), armed.work),
-        "files": files_after_fault(proc, armed.work),
+        "files": files_after_fault(ctx, proc, armed.work),
     }
     return run
 
 
-def files_after_fault(proc: ProcessLog, work: Path) -> dict:
+def files_after_fault(ctx: Context, proc: ProcessLog, work: Path) -> dict:
     """Size on disk (or null: missing) of every file the job saved to, as the fault left them."""
     files = {}
     for save in proc.saves:
         if save.path is not None:
-            files[rel(save.path, work)] = os.path.getsize(save.path) if os.path.exists(save.path) else None
+            path = ctx.host_path(save.path, work)
+            files[rel(save.path, work)] = os.path.getsize(path) if os.path.exists(path) else None
     return files
 
 
@@ -92,7 +93,7 @@ def save_damage(ctx: Context, run: Faulted, armed: Armed) -> List[Finding]:
         return []  # the resume did not trip over the file the interrupted save was writing
     findings = []
     left = trial.fault["files"].get(path)
-    if left is not None and left < armed.full_bytes and os.path.exists(broken[0].path):
+    if left is not None and left < armed.full_bytes and os.path.exists(ctx.host_path(broken[0].path, work)):
         findings.append(
             Finding(
                 "torn-checkpoint",

@@ -37,6 +37,8 @@ class TrialOptions:
     runs them all to the job's end."""
     progress: Optional[RunProgress] = None
     """Shows each run's progress on a terminal; None keeps quiet."""
+    maps: List[Path] = field(default_factory=list)
+    """Folders outside ``workdir`` the job writes into, overlaid so the writes land in the sandbox (``--map``)."""
 
 
 class Stop(Exception):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from chaosckpt.conductor import cache, diskspace, horizon, score
+from chaosckpt.conductor import cache, confinement, diskspace, horizon, preflight, score
 from chaosckpt.conductor.runlog import RunLog
 from chaosckpt.conductor.trial.context import Context
 from chaosckpt.conductor.trial.options import Stop
@@ -21,6 +21,7 @@ def reference(ctx: Context) -> RunLog:
     else:
         record = cache.restore(opts.reference, opts.results_dir / "reference")
         ctx.trial.runs.append(record)
+        confinement.refuse_outside(record.returncode, Path(record.stderr), [opts.reference.parent])
         if record.timed_out:
             raise Stop("timeout", f"the reference run did not finish within its time limit (see {record.stderr})")
         if record.survivors:
@@ -43,6 +44,9 @@ def reference(ctx: Context) -> RunLog:
             f"{score.tail_line(stderr) or 'no error output'} (see {stderr})",
         )
     if log.trainer() is None:
+        stale = preflight.stale_checkpoint(log, opts.workdir)
+        if stale is not None:
+            raise Stop("stale-checkpoint", stale)
         raise Stop("no-steps-recorded", "the uninterrupted run made no step of a torch.optim optimizer")
     if not horizon.covers(log, record.stopped, stop):
         raise Stop("fault-not-triggered", f"the reference run was stopped at its horizon, step "
