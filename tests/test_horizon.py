@@ -176,7 +176,7 @@ def test_a_cached_reference_is_run_again_when_a_trial_needs_a_later_point(tmp_pa
     work.mkdir()
     (work / "job.py").write_text(JOB)
     argv = [sys.executable, "job.py"]
-    parts = cache.key_parts(argv, argv, work, [])
+    parts = cache.key_parts(argv, argv)
     key = cache.key(parts)
 
     def reference(save: int) -> bool:
