@@ -74,7 +74,7 @@ CASES = {
     "param-no-equals": RUN + ["-p", "save"],
     "param-no-key": RUN + ["-p", "=3"],
     "param-save-zero": RUN + ["-p", "save=0"],
-    "param-save-negative": RUN + ["-p", "save=-1"],
+    "param-save-fractional": RUN + ["-p", "save=1.5"],
     "param-fraction-nan": RUN + ["-p", "fraction=nan"],
     "param-fraction-two": RUN + ["-p", "fraction=2"],
     "param-unknown": RUN + ["-p", "colour=1"],

@@ -67,10 +67,10 @@ def test_command_line_values_override_the_file(tmp_path):
     "text, message",
     [
         ("timout = 5\n", "unknown key 'timout'; did you mean 'timeout'?"),
-        ("timeout = '10m'\n", "timeout must be a number, got '10m'"),
+        ("timeout = '10m'\n", "timeout must be a number, got \"10m\""),
         ("timeout = 0\n", "timeout must be a number of seconds > 0, got 0"),
         ("jobs = 1.5\n", "jobs must be a whole number >= 1, got 1.5"),
-        ("nproc = true\n", "nproc must be a whole number >= 1, got True"),
+        ("nproc = true\n", "nproc must be a whole number >= 1, got true"),
         ("command = 3\n", "command must be a string or a list of strings, got 3"),
         ("scenarios = [{ scenario = 'kill9-mid-save', parms = {} }]\n", "unknown key 'scenarios[0].parms'; did you mean 'params'?"),
         ("scenarios = [{ scenario = 'kill9-mid-save', params = 3 }]\n", "scenarios[0].params must be a table"),
@@ -89,7 +89,7 @@ def test_the_cli_prints_a_config_error_in_one_line_with_exit_2(project):
     write(project / "pyproject.toml", "[tool.chaosckpt]\ncommand = 'train.py'\nseed = 'x'\n")
     res = run_chaosckpt(["suite"], cwd=project)
     assert res.returncode == 2
-    assert res.stderr.strip().splitlines() == ["chaosckpt: error: pyproject.toml: tool.chaosckpt.seed must be a whole number, got 'x'"]
+    assert res.stderr.strip().splitlines() == ["chaosckpt: error: pyproject.toml: tool.chaosckpt.seed must be a whole number, got \"x\""]
 
 
 def test_ranks_are_launched_through_torch_distributed_run(project):

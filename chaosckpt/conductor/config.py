@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from chaosckpt.conductor import horizon as horizons
-from chaosckpt.conductor.errors import UsageError
+from chaosckpt.conductor.errors import UsageError, shown
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -71,32 +71,32 @@ class SuiteConfig:
 
 def _number(key: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise UsageError(f"{key} must be a number, got {value!r}")
+        raise UsageError(f"{key} must be a number, got {shown(value)}")
 
 
 def _positive_number(key: str, value: Any) -> None:
     _number(key, value)
     if not math.isfinite(value) or value <= 0:
-        raise UsageError(f"{key} must be a number of seconds > 0, got {value!r}")
+        raise UsageError(f"{key} must be a number of seconds > 0, got {shown(value)}")
 
 
 def _tolerance(key: str, value: Any) -> None:
     _number(key, value)
     if not math.isfinite(value) or value < 0:
-        raise UsageError(f"{key} must be 0 (bitwise) or a positive relative tolerance, got {value!r}")
+        raise UsageError(f"{key} must be 0 (bitwise) or a positive relative tolerance, got {shown(value)}")
 
 
 def _whole(minimum: int) -> Callable[[str, Any], None]:
     def check(key: str, value: Any) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise UsageError(f"{key} must be a whole number >= {minimum}, got {value!r}")
+            raise UsageError(f"{key} must be a whole number >= {minimum}, got {shown(value)}")
 
     return check
 
 
 def _seed(key: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise UsageError(f"{key} must be a whole number, got {value!r}")
+        raise UsageError(f"{key} must be a whole number, got {shown(value)}")
 
 
 def _horizon(key: str, value: Any) -> None:
@@ -105,17 +105,17 @@ def _horizon(key: str, value: Any) -> None:
 
 def _argv(key: str, value: Any) -> None:
     if not isinstance(value, tuple) or not all(isinstance(v, str) for v in value):
-        raise UsageError(f"{key} must be a string or a list of strings, got {value!r}")
+        raise UsageError(f"{key} must be a string or a list of strings, got {shown(value)}")
 
 
 def _path(key: str, value: Any) -> None:
     if not isinstance(value, Path):
-        raise UsageError(f"{key} must be a path (a string), got {value!r}")
+        raise UsageError(f"{key} must be a path (a string), got {shown(value)}")
 
 
 def _paths(key: str, value: Any) -> None:
     if not isinstance(value, tuple) or not all(isinstance(v, Path) for v in value):
-        raise UsageError(f"{key} must be a list of paths (strings), got {value!r}")
+        raise UsageError(f"{key} must be a list of paths (strings), got {shown(value)}")
 
 
 def _entries(key: str, value: Any) -> None:
@@ -159,26 +159,26 @@ def _as_argv(key: str, value: Any) -> Tuple[str, ...]:
             raise UsageError(f"{key} is not a valid command line: {exc}") from None
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
         return tuple(value)
-    raise UsageError(f"{key} must be a string or a list of strings, got {value!r}")
+    raise UsageError(f"{key} must be a string or a list of strings, got {shown(value)}")
 
 
 def _scenario_entry(item: Any, where: str) -> ScenarioEntry:
     if isinstance(item, str):
         return ScenarioEntry(item)
     if not isinstance(item, dict):
-        raise UsageError(f"{where} must be a scenario name or a table {{scenario = ..., params = {{...}}}}, got {item!r}")
+        raise UsageError(f"{where} must be a scenario name or a table {{scenario = ..., params = {{...}}}}, got {shown(item)}")
     known = ["scenario", "params", "id"]
     for key in item:
         if key not in known:
             raise _unknown(key, known, f"{where}.")
     if not isinstance(item.get("scenario"), str) or not item["scenario"]:
-        raise UsageError(f"{where}.scenario must be a scenario name or file, got {item.get('scenario')!r}")
+        raise UsageError(f"{where}.scenario must be a scenario name or file, got {shown(item.get('scenario'))}")
     params = item.get("params", {})
     if not isinstance(params, dict):
         raise UsageError(f"{where}.params must be a table of parameters, e.g. {{save = 3, fraction = 0.9}}")
     ident = item.get("id")
     if ident is not None and (not isinstance(ident, str) or not ident.strip()):
-        raise UsageError(f"{where}.id must be a non-empty string, got {ident!r}")
+        raise UsageError(f"{where}.id must be a non-empty string, got {shown(ident)}")
     return ScenarioEntry(item["scenario"], dict(params), ident)
 
 
@@ -193,11 +193,11 @@ def from_table(table: Dict[str, Any], base: Path, prefix: str) -> SuiteConfig:
             value = _as_argv(name, value)
         elif key in ("workdir", "results"):
             if not isinstance(value, str) or not value:
-                raise UsageError(f"{name} must be a path (a string), got {value!r}")
+                raise UsageError(f"{name} must be a path (a string), got {shown(value)}")
             value = base / value
         elif key in ("map", "exclude"):
             if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-                raise UsageError(f"{name} must be a list of paths (strings), got {value!r}")
+                raise UsageError(f"{name} must be a list of paths (strings), got {shown(value)}")
             value = tuple(base / v if key == "map" else Path(v) for v in value)
         elif key == "scenarios":
             if not isinstance(value, list) or not value:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import enum
-from typing import Iterable
+import json
+from typing import Any, Iterable
 
 
 class ExitCode(enum.IntEnum):
@@ -24,6 +25,12 @@ class ExitCode(enum.IntEnum):
 
 class UsageError(Exception):
     """Input chaosckpt cannot act on: said in one line, exit code 2, no traceback."""
+
+
+def shown(value: Any) -> str:
+    """A value as a user wrote it in TOML or on the command line (``"abc"``, ``true``, ``[1, 2]``), not as
+    Python's repr would show it (``'abc'``, ``True``, ``PosixPath(...)``)."""
+    return json.dumps(value, default=str, ensure_ascii=False)
 
 
 EXIT_CODES = """\b

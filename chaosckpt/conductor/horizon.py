@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Iterable, List, Optional
 
 from chaosckpt.agent.horizon import met
-from chaosckpt.conductor.errors import UsageError
+from chaosckpt.conductor.errors import UsageError, shown
 from chaosckpt.conductor.runlog import RunLog
 from chaosckpt.conductor.scenario import Trigger, duration_s
 
@@ -27,7 +27,7 @@ def parse(value: object, where: str = "--horizon") -> Optional[int]:
         value = int(value)
     if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
         return value
-    raise UsageError(f"{where} {value!r} is invalid: give the number of steps compared after the resume point "
+    raise UsageError(f"{where} {shown(value)} is invalid: give the number of steps compared after the resume point "
                      f"(a whole number >= 1), or '{END}' to run every run to the job's end")
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
 from chaosckpt.conductor import leftovers
-from chaosckpt.conductor.errors import UsageError
+from chaosckpt.conductor.errors import UsageError, shown
 
 
 def _in_workdir(first: str, path: Path, workdir: Path) -> str:
@@ -61,7 +61,7 @@ def job_command(args: Sequence[str], workdir: Path, base: Optional[Path] = None)
                              f"add one, or give its interpreter after --, e.g. -- bash {first}")
         return [os.path.join(".", relative), *args[1:]]
     if os.sep not in first and shutil.which(first) is None:
-        raise UsageError(f"command {first!r} not found on PATH")
+        raise UsageError(f"command {shown(first)} not found on PATH")
     if os.sep in first and not Path(first).exists():
         raise UsageError(f"command {first} does not exist")
     if os.sep in first and (Path(first).is_dir() or not os.access(first, os.X_OK)):
@@ -139,7 +139,7 @@ def split(option: str, value: Optional[str]) -> Optional[List[str]]:
     try:
         return shlex.split(value)
     except ValueError as exc:
-        raise UsageError(f"{option} {value!r} is not a valid command line: {exc}") from None
+        raise UsageError(f"{option} {shown(value)} is not a valid command line: {exc}") from None
 
 
 def split_tuple(option: str, value: Optional[str]) -> Optional[Tuple[str, ...]]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Callable, Iterable, List, NoReturn, Tuple
 
-from chaosckpt.conductor.errors import UsageError
+from chaosckpt.conductor.errors import UsageError, shown
 
 TOKEN = re.compile(r"\s*([()]|[\w:+\-.\[\]\\/=]+)")
 
@@ -33,7 +33,7 @@ class _Parser:
         self.next = 0
 
     def fail(self, column: int, why: str) -> NoReturn:
-        raise UsageError(f"-k {self.expr!r}: {why} at column {column + 1}; "
+        raise UsageError(f"-k {shown(self.expr)}: {why} at column {column + 1}; "
                          "combine words with and, or, not and parentheses, e.g. -k \"enospc and not late\"")
 
     def peek(self) -> str:

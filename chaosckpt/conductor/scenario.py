@@ -13,7 +13,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Dict, List, Tuple, get_args
 
-from chaosckpt.conductor.errors import UsageError
+from chaosckpt.conductor.errors import UsageError, shown
 from chaosckpt.conductor.result import Outcome
 
 if sys.version_info >= (3, 11):
@@ -82,29 +82,29 @@ class Trigger:
     def check(self, where: str) -> None:
         if not _whole(self.save, -10**9) or self.save == 0:
             raise UsageError(f"{where}: trigger.save must be a whole number >= 1 (or -k: the k-th save from the end "
-                             f"of the uninterrupted run), got {self.save!r}")
+                             f"of the uninterrupted run), got {shown(self.save)}")
         if self.step is not None and not _whole(self.step, 0):
             raise UsageError(f"{where}: trigger.step must be a whole number >= 0 (the first save at or after that "
-                             f"step), got {self.step!r}")
+                             f"step), got {shown(self.step)}")
         if self.after is not None and duration_s(self.after) is None:
             raise UsageError(f"{where}: trigger.after must be a time into the run such as 90s, 45m or 2h, "
-                             f"got {self.after!r}")
+                             f"got {shown(self.after)}")
         if self.step is not None and self.after is not None:
             raise UsageError(f"{where}: trigger.step and trigger.after both place the fault; give one of them")
         if not isinstance(self.fraction, (int, float)) or isinstance(self.fraction, bool) or not 0 <= self.fraction < 1:
-            raise UsageError(f"{where}: trigger.fraction must be a number in [0, 1), got {self.fraction!r}")
+            raise UsageError(f"{where}: trigger.fraction must be a number in [0, 1), got {shown(self.fraction)}")
         for key, least in (("write", 1), ("free_bytes", 0), ("op", 0)):
             value = getattr(self, key)
             if value is not None and not _whole(value, least):
-                raise UsageError(f"{where}: trigger.{key} must be a whole number >= {least}, got {value!r}")
+                raise UsageError(f"{where}: trigger.{key} must be a whole number >= {least}, got {shown(value)}")
         if self.model not in MODELS:
-            raise UsageError(f"{where}: trigger.model must be one of {', '.join(MODELS)}, got {self.model!r}")
+            raise UsageError(f"{where}: trigger.model must be one of {', '.join(MODELS)}, got {shown(self.model)}")
         if not _whole(self.rank, -1):
-            raise UsageError(f"{where}: trigger.rank must be a rank number, or -1 for the last, got {self.rank!r}")
+            raise UsageError(f"{where}: trigger.rank must be a rank number, or -1 for the last, got {shown(self.rank)}")
         if self.variant not in SKEW_VARIANTS:
-            raise UsageError(f"{where}: trigger.variant must be one of {', '.join(SKEW_VARIANTS)}, got {self.variant!r}")
+            raise UsageError(f"{where}: trigger.variant must be one of {', '.join(SKEW_VARIANTS)}, got {shown(self.variant)}")
         if not _whole(self.offset, -10**6) or self.offset == 0:
-            raise UsageError(f"{where}: trigger.offset must be a whole number other than 0, got {self.offset!r}")
+            raise UsageError(f"{where}: trigger.offset must be a whole number other than 0, got {shown(self.offset)}")
 
 
 @dataclass(frozen=True)
@@ -118,9 +118,9 @@ class Expectation:
         known = get_args(Outcome)
         bad = [o for o in self.recovered if o not in known]
         if bad or not self.recovered:
-            raise UsageError(f"{where}: expect.recovered must list outcomes from {', '.join(known)}; got {list(self.recovered)!r}")
+            raise UsageError(f"{where}: expect.recovered must list outcomes from {', '.join(known)}; got {shown(list(self.recovered))}")
         if not isinstance(self.reproduced, bool):
-            raise UsageError(f"{where}: expect.reproduced must be true or false, got {self.reproduced!r}")
+            raise UsageError(f"{where}: expect.reproduced must be true or false, got {shown(self.reproduced)}")
 
 
 @dataclass(frozen=True)
@@ -235,7 +235,7 @@ def parse_param(item: str) -> Tuple[str, Any]:
     """``KEY=VALUE`` from the command line, the value read as a TOML literal (else a string)."""
     key, sep, raw = item.partition("=")
     if not sep or not key.strip():
-        raise UsageError(f"--param {item!r}: expected KEY=VALUE, e.g. --param save=3")
+        raise UsageError(f"--param {shown(item)}: expected KEY=VALUE, e.g. --param save=3")
     try:
         value = tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:

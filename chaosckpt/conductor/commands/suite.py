@@ -18,7 +18,7 @@ from chaosckpt.conductor import atomic, cache, config as configs, confinement, h
 from chaosckpt.conductor import invocation, keywords, leftovers, locks, logcap, scenario as scenarios, timestamps
 from chaosckpt.conductor.commands import report as report_command
 from chaosckpt.conductor.envelope import envelope
-from chaosckpt.conductor.errors import EXIT_CODES, ExitCode, UsageError, exit_code
+from chaosckpt.conductor.errors import EXIT_CODES, ExitCode, UsageError, exit_code, shown
 from chaosckpt.conductor.reports import stored
 from chaosckpt.conductor.result import document
 from chaosckpt.conductor.suite import Finished, Plan, PlannedTrial, Suite, completed_saves, prepare_reference
@@ -241,9 +241,9 @@ def _matching(trials: List[PlannedTrial], keyword: str) -> List[PlannedTrial]:
     chosen = [t for t in trials if select(_names(t))]
     if not chosen:
         shown = ", ".join(t.id for t in trials[:10]) + (" ..." if len(trials) > 10 else "")
-        raise UsageError(f"-k {keyword!r} matches none of the {len(trials)} trial(s) to run ({shown}); "
+        raise UsageError(f"-k {shown(keyword)} matches none of the {len(trials)} trial(s) to run ({shown}); "
                          "match a part of a trial's id or scenario")
-    click.echo(f"chaosckpt: -k {keyword!r} selected {len(chosen)} of {len(trials)} trial(s)", err=True)
+    click.echo(f"chaosckpt: -k {shown(keyword)} selected {len(chosen)} of {len(trials)} trial(s)", err=True)
     return chosen
 
 
