@@ -20,7 +20,7 @@ from typing import Dict, List, Optional
 import psutil
 
 from chaosckpt import protocol
-from chaosckpt.conductor import locks
+from chaosckpt.conductor import diskspace, locks
 
 LOCK = ".lock"
 _held: Dict[Path, int] = {}
@@ -77,17 +77,6 @@ class Cleaned:
                 + ("; ".join(parts) or "nothing to remove"))
 
 
-def _size(path: Path) -> int:
-    total = 0
-    for root, _, files in os.walk(path):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(root, name)).st_size
-            except OSError:
-                pass
-    return total
-
-
 def _sandboxes(folder: Path, depth: int = 3) -> List[Path]:
     found = []
     try:
@@ -125,7 +114,7 @@ def _clean(folder: Path) -> Cleaned:
         done.processes.append(proc.pid)
     psutil.wait_procs(procs, timeout=5)
     for box in _sandboxes(folder):
-        done.bytes += _size(box)
+        done.bytes += diskspace.tree_bytes(box)
         shutil.rmtree(box, ignore_errors=True)
         done.sandboxes.append(box)
     return done
