@@ -52,8 +52,8 @@ def describe(stop: Optional[dict]) -> str:
 class RunProgress:
     """Rewrites one line on ``stream`` as a run goes; ``done`` clears it."""
 
-    def __init__(self, stream: TextIO = sys.stderr) -> None:
-        self.stream = stream
+    def __init__(self, stream: Optional[TextIO] = None) -> None:
+        self.stream = stream or sys.stderr
         self._next = 0.0
         self._width = 0
 
@@ -78,6 +78,7 @@ class RunProgress:
             self._next = 0.0
 
 
-def wanted(quiet: bool, stream: TextIO = sys.stderr) -> Optional[RunProgress]:
-    """A progress line when it can be seen: not ``quiet`` and ``stream`` a terminal."""
+def wanted(quiet: bool, stream: Optional[TextIO] = None) -> Optional[RunProgress]:
+    """A progress line when it can be seen: not ``quiet`` and ``stream`` (stderr as it is now) a terminal."""
+    stream = stream or sys.stderr
     return None if quiet or not stream.isatty() else RunProgress(stream)
