@@ -48,6 +48,7 @@ JOBS = {
     "train_job": Job("tests/jobs/train_job.py", "tests/jobs/train_job.py", ("--epochs", "3")),
     "lightning_job": Job("tests/jobs/lightning_job.py", "tests/jobs/lightning_job.py", ("--epochs", "2")),
     "ddp_job": Job("tests/jobs/ddp_job.py (2 ranks)", "tests/jobs/ddp_job.py", (), nproc=2),
+    "place_job": Job("tests/jobs/place_job.py", "tests/jobs/place_job.py", ()),
 }
 
 SINGLE = "rank-epoch-skew holds one rank mid-save while the others finish theirs; with one rank it is kill9-mid-save"
@@ -89,6 +90,11 @@ ROWS: List[Tuple[str, str, str, str, str]] = [
     ("ddp_job", "power-loss", "PASSED", "last-good", "fsync before the rename"),
     ("ddp_job", "eval-left-on", "PASSED", "last-good", "no dropout or batch norm: eval mode computes the same"),
     ("ddp_job", "rank-epoch-skew", "PASSED", "last-good", "one checkpoint from rank 0: every rank loads the same step"),
+    ("place_job", "kill9-mid-save", "PASSED", "last-good", "temporary file, fsync, rename; torch's stream restored"),
+    ("place_job", "enospc", "PASSED", "last-good", "the full disk fails the temporary file; last.pt is intact"),
+    ("place_job", "power-loss", "PASSED", "last-good", "data fsynced before the rename (ordered model)"),
+    ("place_job", "eval-left-on", "PASSED", "last-good", "a linear model: eval mode computes the same"),
+    ("place_job", "rank-epoch-skew", "PASSED", "last-good", SINGLE),
 ]
 
 
