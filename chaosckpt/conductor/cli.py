@@ -24,9 +24,9 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from chaosckpt.conductor.commands import audit, history, report, run, scenarios, suite
+    from chaosckpt.conductor.commands import audit, history, node, report, run, scenarios, suite
 
-    for module in (run, scenarios, suite, report, history, audit):
+    for module in (run, scenarios, suite, report, history, audit, node):
         cli.add_command(module.command)
 
 

@@ -20,6 +20,7 @@ REASONS = {
     "baseline-nondeterministic": "the job is not deterministic, so its trajectory cannot be judged",
     "resume-took-no-steps": "the resumed job trained no further",
     "survivors": "processes of the job survived SIGKILL",
+    "node-lost": "a node of the job stopped answering",
 }
 
 

@@ -21,6 +21,7 @@ Reason = Literal[
     "baseline-nondeterministic",
     "resume-took-no-steps",
     "survivors",
+    "node-lost",
 ]
 """Why a verdict could not be established (status ``inconclusive``)."""
 

@@ -15,19 +15,15 @@ from chaosckpt.conductor.trial.context import Context, rel
 def power_loss(ctx: Context, armed: Armed, faulted: RunLog) -> None:
     """Rewrite the checkpoint directories into what the disk holds when the power comes back."""
     disk, work = armed.disk, armed.work
-    for op in faulted.ops():
-        disk.apply(op)
     model = ctx.scenario.trigger.model
-    entries = disk.after_crash(model)
-    for path in crash.unseen(disk):
-        entries.append(crash.Entry(path, path, os.path.getsize(path)))
+    entries, native = crash.power_cut(disk, faulted.ops(), model, armed.roots)
+    for path in native:
         ctx.trial.findings.append(Finding(
             "not-interposed",
             f"{rel(path, work)} was written by code chaosckpt cannot see (native writes, such as "
             "safetensors'), so the power-loss model left it as the job wrote it: its durability is not judged",
             {"path": rel(path, work)},
         ))
-    crash.materialize(entries, armed.roots)
     ctx.trial.fault["model"] = model
     ctx.trial.fault["files"] = {rel(e.path, work): e.length for e in entries}
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from chaosckpt.conductor import horizon
+from chaosckpt.conductor.nodes.cluster import Cluster
 from chaosckpt.conductor.progress import RunProgress
 from chaosckpt.conductor.result import Reason
 
@@ -37,6 +38,8 @@ class TrialOptions:
     runs them all to the job's end."""
     progress: Optional[RunProgress] = None
     """Shows each run's progress on a terminal; None keeps quiet."""
+    cluster: Optional[Cluster] = None
+    """The machines a multi-node job runs on (``--nnodes``); None: this machine alone."""
 
 
 class Stop(Exception):
