@@ -166,8 +166,8 @@ class _Run:
         """Accept the nodes until all are in; the ones still missing at the deadline."""
         deadline = started + min(self.cluster.connect_s, self.spec.timeout_s)
         while len(self.peers) < self.cluster.nnodes and time.monotonic() < deadline:
-            if all(p.poll() is not None for p, _ in self.procs):
-                break
+            if all(proc.poll() is not None for node, (proc, _) in enumerate(self.procs) if node not in self.peers):
+                break  # every node still missing has exited: it will never connect
             listener.settimeout(max(0.05, min(0.5, deadline - time.monotonic())))
             try:
                 sock, _ = listener.accept()
@@ -222,12 +222,22 @@ class _Run:
             proc.wait()
         for peer in self.peers.values():
             peer.wire.close()
+        self._outputs()
         unanswered = [n for n, p in self.peers.items() if p.killed is None]
         rewritten = None
         if self.cut is not None and self.cut.node in self.peers:
             report = self.peers[self.cut.node].killed or {}
             rewritten = {"files": report.get("files", {}), "native": report.get("native", [])}
         return sorted(set(survivors)), unanswered, rewritten
+
+
+    def _outputs(self) -> None:
+        """The run's stdout.log and stderr.log: each node's (its tail), every line prefixed with its node."""
+        for name in ("stdout", "stderr"):
+            with open(self.spec.log_dir / f"{name}.log", "w") as out:
+                for node, peer in sorted(self.peers.items()):
+                    for line in str((peer.killed or {}).get(name, "")).splitlines():
+                        out.write(f"[node {node}] {line}\n")
 
 
 def lost_detail(result: NodesResult, cluster: Cluster) -> str:

@@ -28,6 +28,7 @@ from chaosckpt.conductor.nodes import wire as wires
 from chaosckpt.conductor.runlog import RunLog
 
 PUMP_S = 0.02
+TAIL_BYTES = 64 * 1024
 
 
 class NodeRun:
@@ -103,12 +104,23 @@ class NodeRun:
         checkpoint folders."""
         survivors = self.kill_tree()
         self.pump()
-        report: Dict = {"t": "killed", "survivors": survivors}
+        report: Dict = {"t": "killed", "survivors": survivors,
+                        **{name: _tail(self.spec.log_dir / f"{name}.log") for name in ("stdout", "stderr")}}
         if power_loss and self.disk is not None:
             entries, native = crash.power_cut(self.disk, RunLog.read(self.events_dir).ops(), power_loss, self.roots)
             report["files"] = {e.path: e.length for e in entries}
             report["native"] = native
         return report
+
+
+def _tail(path: Path) -> str:
+    """The end of one of the tree's output files, for the conductor's copy."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.path.getsize(path) - TAIL_BYTES))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
 
 
 def serve(wire: wires.Wire, node: int) -> int:

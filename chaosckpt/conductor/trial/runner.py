@@ -4,6 +4,7 @@ aftermath, resume and score), the headline last; the sandboxes go whatever happe
 from __future__ import annotations
 
 from chaosckpt.conductor import render, sandbox, score
+from chaosckpt.conductor.nodes.verdict import name_nodes
 from chaosckpt.conductor.result import Trial
 from chaosckpt.conductor.scenario import Scenario
 from chaosckpt.conductor.trial.aftermath import power_loss
@@ -44,6 +45,8 @@ class TrialRunner:
             self.trial.reason = stop.reason
             self.trial.detail = stop.detail
         finally:
+            if self.opts.cluster is not None:
+                name_nodes(self.trial, self.opts.cluster)
             if not self.opts.keep_sandbox:
                 sandbox.remove(self.ctx.sandbox_root)
         self.trial.headline = render.headline(self.trial)
