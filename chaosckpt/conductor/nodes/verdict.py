@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Dict
+from typing import Dict, Tuple
 
 from chaosckpt.conductor.nodes.cluster import Cluster
 from chaosckpt.conductor.result import Trial
@@ -13,17 +13,22 @@ from chaosckpt.conductor.result import Trial
 _RANK = re.compile(r"\brank (\d+)\b(?! on node)")
 
 
+def process_nodes(events: Path) -> Dict[Tuple[str, int], int]:
+    """(rank, pid) -> node for one run, from its mirrored event files (``events.<rank>.<pid>.n<node>.jsonl``)."""
+    out = {}
+    for path in Path(events).glob("events.*.*.n*.jsonl"):
+        rank, pid, node = path.name.split(".")[1:4]
+        out[(rank, int(pid))] = int(node[1:])
+    return out
+
+
 def rank_nodes(trial: Trial) -> Dict[int, int]:
-    """rank -> node, from the runs' mirrored event files (``events.<rank>.<pid>.n<node>.jsonl``)."""
+    """rank -> node, over every run of the trial."""
     out: Dict[int, int] = {}
     for run in trial.runs:
-        events = Path(run.events)
-        if not events.is_dir():
-            continue
-        for path in events.glob("events.*.*.n*.jsonl"):
-            rank = path.name.split(".")[1]
+        for (rank, _), node in process_nodes(Path(run.events)).items():
             if rank.isdigit():
-                out[int(rank)] = int(path.name.split(".")[3][1:])
+                out[int(rank)] = node
     return out
 
 
@@ -37,15 +42,19 @@ def name_nodes(trial: Trial, cluster: Cluster) -> None:
             entry["node"] = nodes[entry["rank"]]
             if cluster.hosts:
                 entry["host"] = cluster.hosts[nodes[entry["rank"]]]
-    if trial.fault is not None and trial.fault.get("rank") in nodes:
+    if trial.fault is not None and trial.fault.get("node") is None and trial.fault.get("rank") in nodes:
         trial.fault["node"] = nodes[trial.fault["rank"]]
 
     def named(text: str) -> str:
         return _RANK.sub(lambda m: m.group(0) + (f" on {cluster.name(nodes[int(m.group(1))])}"
                                                  if int(m.group(1)) in nodes else ""), text)
 
+    node = (trial.fault or {}).get("node")
     for finding in trial.findings:
         finding.message = named(finding.message)
+        if finding.kind == "acknowledged-checkpoint-lost" and node is not None:
+            finding.details["node"] = node
+            finding.message = f"on {cluster.name(node)}, {finding.message}"
     if trial.detail:
         trial.detail = named(trial.detail)
 

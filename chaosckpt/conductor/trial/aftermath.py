@@ -6,10 +6,12 @@ import os
 from typing import List
 
 from chaosckpt.conductor import crash
+from chaosckpt.conductor.nodes import power
 from chaosckpt.conductor.result import Finding
 from chaosckpt.conductor.runlog import RunLog
 from chaosckpt.conductor.trial.arm import Armed
 from chaosckpt.conductor.trial.context import Context, rel
+from chaosckpt.conductor.trial.faulted import Faulted
 
 
 def power_loss(ctx: Context, armed: Armed, faulted: RunLog) -> None:
@@ -17,6 +19,21 @@ def power_loss(ctx: Context, armed: Armed, faulted: RunLog) -> None:
     disk, work = armed.disk, armed.work
     model = ctx.scenario.trigger.model
     entries, native = crash.power_cut(disk, faulted.ops(), model, armed.roots)
+    _record(ctx, work, model, {e.path: e.length for e in entries}, native)
+
+
+def node_power_loss(ctx: Context, armed: Armed, run: Faulted) -> None:
+    """One node's power loss: that node has rewritten its own folders; record what they hold, and replay its
+    journal here too, so a lost checkpoint can be named with the fsync it lacked."""
+    cut, result = armed.cut, run.result
+    for op in power.node_ops(run.log, result.events_dir, cut.node):
+        armed.disk.apply(op)
+    report = getattr(result, "rewritten", None) or {"files": {}, "native": []}
+    ctx.trial.fault["node"] = cut.node
+    _record(ctx, armed.work, cut.model, report["files"], report["native"])
+
+
+def _record(ctx: Context, work, model: str, files: dict, native: List[str]) -> None:
     for path in native:
         ctx.trial.findings.append(Finding(
             "not-interposed",
@@ -25,7 +42,7 @@ def power_loss(ctx: Context, armed: Armed, faulted: RunLog) -> None:
             {"path": rel(path, work)},
         ))
     ctx.trial.fault["model"] = model
-    ctx.trial.fault["files"] = {rel(e.path, work): e.length for e in entries}
+    ctx.trial.fault["files"] = {rel(path, work): length for path, length in files.items()}
 
 
 def lost_checkpoint(ctx: Context, save, ops: List[dict], armed: Armed) -> Finding:

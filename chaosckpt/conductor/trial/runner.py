@@ -7,7 +7,7 @@ from chaosckpt.conductor import render, sandbox, score
 from chaosckpt.conductor.nodes.verdict import name_nodes
 from chaosckpt.conductor.result import Trial
 from chaosckpt.conductor.scenario import Scenario
-from chaosckpt.conductor.trial.aftermath import power_loss
+from chaosckpt.conductor.trial.aftermath import node_power_loss, power_loss
 from chaosckpt.conductor.trial.arm import arm
 from chaosckpt.conductor.trial.context import Context
 from chaosckpt.conductor.trial.crashpoints import sweep_save
@@ -63,7 +63,9 @@ class TrialRunner:
         if self.opts.sweep:
             sweep_save(ctx, ref, armed, run)
             return
-        if ctx.scenario.fault == "power-loss":
+        if armed.cut is not None:
+            node_power_loss(ctx, armed, run)
+        elif ctx.scenario.fault == "power-loss":
             power_loss(ctx, armed, run.log)
         if run.carried_on:
             judge_survivor(ctx, ref, run.log.trainer() or run.proc, armed)
