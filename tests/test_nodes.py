@@ -1,0 +1,118 @@
+"""Jobs that span machines: the node link, the cluster options, a lost node, and two-node trials.
+
+The two-node trials run the DDP job with one rank per node and node-local checkpoint folders
+(ckpt/node<N>): 16 steps, a save after every 4, save 2 interrupted, so the last good step is 4
+(rank-epoch-skew) or 8 (a power loss just after save 2 returned). The local default (every node a
+process group on this machine) runs everywhere; the same trials across Linux network namespaces (a
+separate network stack per node, gloo between them) run where namespaces can be made.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import List
+
+import pytest
+
+from chaosckpt.conductor.errors import UsageError
+from chaosckpt.conductor.launcher import RunSpec
+from chaosckpt.conductor.nodes import cluster as clusters, conduct, wire
+from conftest import REPO, processes_of, project_with, run_chaosckpt
+
+DDP_JOB = Path(__file__).resolve().parent / "jobs" / "ddp_job.py"
+NODE_POWER_LOSS = str(REPO / "scenarios" / "node-power-loss.toml")
+
+
+def _handshake(token_node: str, token_conductor: str):
+    """A real loopback connection: what the conductor and the node each make of the other."""
+    server = socket.create_server(("127.0.0.1", 0))
+    out = {}
+
+    def node() -> None:
+        try:
+            out["node"] = wire.connect(f"127.0.0.1:{server.getsockname()[1]}", token_node, 1, timeout_s=5)
+        except (OSError, wire.WireError) as exc:
+            out["node"] = exc
+
+    thread = threading.Thread(target=node)
+    thread.start()
+    sock, _ = server.accept()
+    accepted = wire.accept(sock, token_conductor)
+    thread.join(10)
+    server.close()
+    return accepted, out["node"]
+
+
+def test_a_node_holding_the_trials_token_is_let_in_and_a_stranger_is_not():
+    accepted, node = _handshake("s3cret", "s3cret")
+    assert accepted is not None and accepted[1] == 1 and isinstance(node, wire.Wire)
+    node.send({"t": "exit", "rc": 0})
+    assert accepted[0].recv() == {"t": "exit", "rc": 0}
+    node.close(), accepted[0].close()
+
+    accepted, node = _handshake("guess", "s3cret")
+    assert accepted is None and isinstance(node, wire.WireError)
+
+
+def test_hosts_come_from_the_slurm_allocation_and_each_node_gets_its_rank():
+    assert clusters.expand_nodelist("gpu[01-03,07],login") == ["gpu01", "gpu02", "gpu03", "gpu07", "login"]
+    cluster = clusters.from_options(None, None, "srun -N1 -n1 -w {host}", "head",
+                                    environ={"SLURM_JOB_NODELIST": "gpu[08-09]"})
+    assert (cluster.nnodes, cluster.hosts) == (2, ["gpu08", "gpu09"])
+    assert cluster.node_argv(1, "head:4000")[:6] == ["srun", "-N1", "-n1", "-w", "gpu09", sys.executable]
+    command = clusters.with_nodes([sys.executable, "train.py", "--x"], 4, cluster)
+    assert cluster.job_argv(command, 1, 29511)[3:16] == [
+        "--nproc_per_node", "4", "--nnodes", "2", "--node_rank", "1", "--master_addr", "gpu08", "--master_port",
+        "29511", "train.py", "--x"]
+    assert clusters.from_options(None, None, None, None, environ={}) is None
+    with pytest.raises(UsageError, match="needs 3 hosts and 2 were given"):
+        clusters.from_options(3, "a,b", "ssh {host}", None, environ={})
+
+
+def test_bad_node_options_are_one_line_errors(project, tmp_path):
+    res = run_chaosckpt(["run", "-s", "rank-epoch-skew", "--nnodes", "2", "--node-cmd", "ssh {host}", "train.py"],
+                        cwd=project, env={"SLURM_JOB_NODELIST": ""})
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert res.stderr.strip().splitlines()[-1] == (
+        "chaosckpt: error: --node-cmd 'ssh {host}' names {host} but no host is known; give --hosts a,b or run "
+        "inside a Slurm allocation (SLURM_JOB_NODELIST)")
+
+
+def test_a_node_that_never_connects_is_named_and_the_others_are_ended(tmp_path):
+    """Node 1's command fails before it can connect: the run is called off naming node 1, and node 0 (which
+    did connect) is sent home with nothing left running."""
+    cluster = clusters.Cluster(2, node_cmd="sh -c 'test {node_rank} = 0 && exec \"$@\"' sh", connect_s=60)
+    spec = RunSpec("reference", [sys.executable, "-c", "pass"], tmp_path, tmp_path / "log", 60)
+    result = conduct.launch(spec, cluster)
+    assert result.lost == [1] and result.survivors == [] and result.duration_s < 30
+    assert conduct.lost_detail(result, cluster).startswith("the reference run lost node 1 (it never connected)")
+    assert processes_of(tmp_path) == []
+
+
+def _trial(project: Path, out: Path, scenario: str, *args: str, env=None) -> dict:
+    res = run_chaosckpt(["run", "--scenario", scenario, "--json", "--out", str(out), "--timeout", "90", *args],
+                        cwd=project, env=env)
+    assert res.stdout, res.stderr
+    return res.trial
+
+
+@pytest.mark.e2e
+def test_two_local_nodes_skewed_rank_on_node_1_agreeing_on_the_newest_common_epoch_pass(tmp_path):
+    project = project_with(tmp_path, DDP_JOB)
+    trial = _trial(project, tmp_path / "r", "rank-epoch-skew", "--nnodes", "2", "train.py", "--",
+                   "--ckpt", "per-rank", "--node-local")
+
+    assert trial["status"] == "passed", trial["headline"]
+    assert (trial["fault"]["rank"], trial["fault"]["node"]) == (1, 1)
+    assert trial["fault"]["path"] == "ckpt/node1/rank1-epoch1.pt.tmp"
+    assert [(r["rank"], r["node"], r["outcome"], r["recovered_step"], r["reproduced"]) for r in trial["ranks"]] == [
+        (0, 0, "last-good", 4, True), (1, 1, "last-good", 4, True)]
+    faulted = Path(trial["runs"][1]["events"])
+    assert sorted(p.name.split(".", 3)[3] for p in faulted.glob("events.*.jsonl")) == ["n0.jsonl", "n1.jsonl"]
+    assert all(run["survivors"] == 0 for run in trial["runs"]) and processes_of(tmp_path) == []
