@@ -116,3 +116,56 @@ def test_two_local_nodes_skewed_rank_on_node_1_agreeing_on_the_newest_common_epo
     faulted = Path(trial["runs"][1]["events"])
     assert sorted(p.name.split(".", 3)[3] for p in faulted.glob("events.*.jsonl")) == ["n0.jsonl", "n1.jsonl"]
     assert all(run["survivors"] == 0 for run in trial["runs"]) and processes_of(tmp_path) == []
+
+
+@pytest.fixture
+def namespaces():
+    """Two node namespaces and a hub, removed afterwards; skipped where they cannot be made."""
+    from netns import Namespaces
+
+    made = Namespaces(2)
+    why = made.create() if os.geteuid() == 0 else "network namespaces need root"
+    if why:
+        pytest.skip(why)
+    try:
+        yield made
+    finally:
+        made.remove()
+        assert made.leftovers() == []
+
+
+@pytest.mark.e2e
+def test_two_nodes_in_network_namespaces_a_node_power_loss_takes_only_node_1s_unsynced_checkpoint(tmp_path, namespaces):
+    """gloo across two network stacks; node 1 loses power just after save 2: a job whose every node fsyncs
+    resumes from step 8 on both ranks; one whose node 1 never fsyncs loses node 1's acknowledged checkpoint,
+    while node 0's folder is kept as the job left it."""
+    project = project_with(tmp_path, DDP_JOB)
+    net = ["--nnodes", "2", "--hosts", namespaces.hosts(), "--node-cmd", namespaces.node_cmd(),
+           "--listen", namespaces.hub_address]
+    env = {"GLOO_SOCKET_IFNAME": "ccv"}
+
+    def trial(out: str, *job: str) -> dict:
+        res = subprocess.run([*namespaces.conductor(), sys.executable, "-m", "chaosckpt", "run", "--scenario",
+                              NODE_POWER_LOSS, "--json", "--out", str(tmp_path / out), "--timeout", "90",
+                              "--keep-sandbox", *net, "train.py", "--", "--ckpt", "per-rank", "--node-local", *job],
+                             cwd=project, env={**os.environ, **env}, capture_output=True, text=True, timeout=400)
+        assert res.stdout, res.stderr
+        return __import__("json").loads(res.stdout)["trials"][0]
+
+    robust = trial("robust")
+    assert robust["status"] == "passed", robust["headline"]
+    assert (robust["fault"]["node"], robust["fault"]["rank"]) == (1, 1)
+    assert [(r["rank"], r["node"], r["host"], r["recovered_step"]) for r in robust["ranks"]] == [
+        (0, 0, namespaces.address(0), 8), (1, 1, namespaces.address(1), 8)]
+    assert sorted(robust["fault"]["files"]) == ["ckpt/node1/rank1-epoch0.pt", "ckpt/node1/rank1-epoch1.pt"]
+
+    lazy = trial("lazy", "--no-fsync-node", "1")
+    assert lazy["status"] == "failed"
+    lost = next(f for f in lazy["findings"] if f["kind"] == "acknowledged-checkpoint-lost")
+    assert lost["node"] == 1 and lost["path"] == "ckpt/node1/rank1-epoch1.pt"
+    assert lost["message"].startswith(f"on node 1 ({namespaces.address(1)}), the checkpoint of step 8")
+    assert lazy["fault"]["files"] == {"ckpt/node1/rank1-epoch0.pt": 0, "ckpt/node1/rank1-epoch1.pt": 0}
+    node0 = Path(lazy["results_dir"]) / "sandboxes" / "faulted" / "ckpt" / "node0"
+    kept = {p.name: p.stat().st_size for p in node0.iterdir()}  # node 0 kept power: its unsynced files stay whole
+    assert sorted(kept) == ["rank0-epoch0.pt", "rank0-epoch1.pt"] and min(kept.values()) > 9000
+    assert processes_of(tmp_path) == []
