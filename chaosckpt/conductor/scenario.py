@@ -25,7 +25,7 @@ PLACEMENT_KEYS = ("save", "step", "after")
 """Which save a fault concerns: its number (negative: counted from the reference's end), the first save
 at or after a step, or the first save at or after a wall-clock time into the run."""
 TRIGGER_KEYS = {
-    "kill": (*PLACEMENT_KEYS, "fraction", "write"),
+    "kill": (*PLACEMENT_KEYS, "fraction", "write", "node"),
     "enospc": (*PLACEMENT_KEYS, "fraction", "write", "free_bytes"),
     "power-loss": (*PLACEMENT_KEYS, "op", "model", "node"),
     "eval-left-on": PLACEMENT_KEYS,
@@ -79,7 +79,8 @@ class Trigger:
     variant: str = "kill"
     offset: int = 1
     node: int | None = None
-    """power-loss of a multi-node job: only this node loses power (-1: the last); None: the whole job."""
+    """A multi-node job: only this node loses power (power-loss) or is killed while the others run on (kill);
+    -1 is the last node; None: the whole job."""
 
     def check(self, where: str) -> None:
         if not _whole(self.save, -10**9) or self.save == 0:

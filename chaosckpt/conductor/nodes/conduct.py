@@ -29,11 +29,13 @@ BYE_WAIT_S = 5.0
 
 
 @dataclass
-class PowerCut:
-    """A power loss of one node: its checkpoint folders are rewritten under ``model`` by the node itself."""
+class NodeFault:
+    """A fault of one whole node: with a crash ``model``, a power loss (the node rewrites its own checkpoint
+    folders ``roots`` under it when the job is killed); without one, the node's loss (only its tree is
+    killed when the fault fires, and the other nodes run on until they end)."""
 
     node: int
-    model: str
+    model: Optional[str]
     roots: List[str]
 
 
@@ -89,7 +91,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(spec: RunSpec, cluster: Cluster, cut: Optional[PowerCut] = None) -> NodesResult:
+def launch(spec: RunSpec, cluster: Cluster, cut: Optional[NodeFault] = None) -> NodesResult:
     """Run ``spec`` on every node of ``cluster`` to its end, a fired fault, its horizon, its timeout or a lost
     node; every node's tree is gone afterwards, and so are the node processes."""
     with launcher._subreaper():
@@ -97,12 +99,13 @@ def launch(spec: RunSpec, cluster: Cluster, cut: Optional[PowerCut] = None) -> N
 
 
 class _Run:
-    def __init__(self, spec: RunSpec, cluster: Cluster, cut: Optional[PowerCut]) -> None:
+    def __init__(self, spec: RunSpec, cluster: Cluster, cut: Optional[NodeFault]) -> None:
         self.spec, self.cluster, self.cut = spec, cluster, cut
         self.events_dir = spec.log_dir / "events"
         self.token = secrets.token_hex(32)
         self.mark = uuid.uuid4().hex
         self.peers: Dict[int, Peer] = {}
+        self.node_lost = False
         self.procs: List[Tuple[subprocess.Popen, psutil.Process]] = []
 
     def run(self) -> NodesResult:
@@ -118,13 +121,14 @@ class _Run:
             if not lost:
                 self._give_work()
             while not lost:
-                if all(p.rc is not None for p in self.peers.values()):
+                if all(p.rc is not None or p.killed is not None for p in self.peers.values()):
                     break
                 lost = [n for n, p in self.peers.items() if p.lost]
                 if protocol.fault_flags(self.events_dir):
                     fault_fired = True
-                    launcher._hold(spec, self.events_dir, started, spec.hold)
-                    break
+                    if not self._lose_node():
+                        launcher._hold(spec, self.events_dir, started, spec.hold)
+                        break
                 if protocol.fault_flags(self.events_dir, protocol.STOP_FLAG_PREFIX):
                     stopped = True
                     launcher._hold(spec, self.events_dir, started, launcher._all_stopped, launcher.STOP_HOLD_S)
@@ -140,11 +144,21 @@ class _Run:
             listener.close()
         lost = sorted(set(lost) | set(unanswered))
         fault_fired = fault_fired or bool(protocol.fault_flags(self.events_dir))
-        rcs = [p.rc for p in self.peers.values()]
+        rcs = [p.rc for n, p in self.peers.items() if not (self.node_lost and n == self.cut.node)]
         returncode = next((rc for rc in rcs if rc), 0) if rcs and None not in rcs and not lost else -9
         node_of = {int(p.name.split(".")[2]): int(p.name.split(".")[3][1:]) for p in protocol.event_files(self.events_dir)}
         return NodesResult(spec, returncode, time.monotonic() - started, timed_out, fault_fired, survivors, stopped,
                            lost=lost, node_of=node_of, rewritten=rewritten)
+
+    def _lose_node(self) -> bool:
+        """For a node's loss, kill that node's tree alone (once); whether the run goes on without it."""
+        if self.cut is None or self.cut.model is not None or self.cut.node not in self.peers:
+            return False
+        peer = self.peers[self.cut.node]
+        if not self.node_lost:
+            self.node_lost = True
+            peer.wire.send({"t": "kill", "power_loss": None})
+        return True
 
     def _start_nodes(self, listener: socket.socket) -> None:
         port = listener.getsockname()[1]
@@ -200,6 +214,8 @@ class _Run:
         """Kill every node's tree (the power-cut node rewrites its folders), then the node processes."""
         for node, peer in self.peers.items():
             cut = self.cut is not None and self.cut.node == node
+            if peer.killed is not None:
+                continue
             try:
                 peer.wire.send({"t": "kill", "power_loss": self.cut.model if cut else None})
             except OSError:

@@ -8,7 +8,7 @@ from typing import List, Optional
 
 from chaosckpt.conductor import arming, crash, ranks
 from chaosckpt.conductor.nodes import power
-from chaosckpt.conductor.nodes.conduct import PowerCut
+from chaosckpt.conductor.nodes.conduct import NodeFault
 from chaosckpt.conductor.runlog import RunLog
 from chaosckpt.conductor.trial.context import Context
 from chaosckpt.conductor.trial.options import Stop
@@ -26,7 +26,7 @@ class Armed:
     """The checkpoint directories as the journal starts them, when the scenario needs the journal."""
     full_bytes: int
     """Bytes the faulted save wrote in the reference run."""
-    cut: Optional[PowerCut] = None
+    cut: Optional[NodeFault] = None
     """A power loss of one node of a multi-node job, which that node applies to its own folders."""
 
 

@@ -32,7 +32,7 @@ class Context:
     def launch(self, name: str, argv: List[str], cwd: Path, fault: Optional[dict] = None,
                env: Optional[Dict[str, str]] = None, hold: Optional[Callable[[Path], bool]] = None,
                stop_on_timeout: bool = True, stop: Optional[dict] = None,
-               cut: Optional[conduct.PowerCut] = None) -> RunResult:
+               cut: Optional[conduct.NodeFault] = None) -> RunResult:
         """Run one process tree of the trial, to its end or its horizon ``stop``, and record it; a timeout or
         a survivor of the kill ends the trial."""
         progress = self.opts.progress

@@ -63,7 +63,7 @@ class TrialRunner:
         if self.opts.sweep:
             sweep_save(ctx, ref, armed, run)
             return
-        if armed.cut is not None:
+        if armed.cut is not None and armed.cut.model is not None:
             node_power_loss(ctx, armed, run)
         elif ctx.scenario.fault == "power-loss":
             power_loss(ctx, armed, run.log)
