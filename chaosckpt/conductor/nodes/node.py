@@ -74,6 +74,8 @@ class NodeRun:
             exited = self.proc is not None and self.proc.poll() is not None
             for path in protocol.event_files(self.events_dir):
                 sent = self.offsets.get(path.name, 0)
+                if os.stat(path).st_size <= sent:
+                    continue
                 with open(path, "rb") as f:
                     f.seek(sent)
                     data = f.read()
