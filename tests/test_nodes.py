@@ -95,6 +95,17 @@ def test_a_node_that_never_connects_is_named_and_the_others_are_ended(tmp_path):
     assert processes_of(tmp_path) == []
 
 
+def test_a_node_that_dies_mid_run_is_named_and_nothing_it_started_survives(tmp_path):
+    """Node 1 is SIGKILLed 3 s into the run, its job still running: the run ends at once as a lost node
+    (not at its 60 s timeout), and node 1's orphaned job is found by the run's marker and killed."""
+    die = "if [ {node_rank} = 1 ]; then (sleep 3; kill -9 $$) & fi; exec \"$@\""
+    cluster = clusters.Cluster(2, node_cmd=f"sh -c '{die}' sh")
+    job = [sys.executable, "-c", "import time; time.sleep(60)"]
+    result = conduct.launch(RunSpec("faulted", job, tmp_path, tmp_path / "log", 60), cluster)
+    assert result.lost == [1] and not result.timed_out and result.duration_s < 30
+    assert processes_of(tmp_path) == []
+
+
 def _trial(project: Path, out: Path, scenario: str, *args: str, env=None) -> dict:
     res = run_chaosckpt(["run", "--scenario", scenario, "--json", "--out", str(out), "--timeout", "90", *args],
                         cwd=project, env=env)

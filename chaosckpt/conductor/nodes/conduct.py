@@ -66,10 +66,14 @@ class Peer:
                 kind = message.get("t")
                 if kind == "events":
                     name = Path(str(message["file"])).name
+                    if not (name.startswith("events.") and name.endswith(".jsonl")):
+                        continue
                     with open(self.events_dir / f"{name[:-len('.jsonl')]}.n{self.node}.jsonl", "a") as f:
                         f.write(message["data"])
                 elif kind == "flag":
-                    (self.events_dir / Path(str(message["name"])).name).touch()
+                    name = Path(str(message["name"])).name
+                    if name.startswith((protocol.FAULT_FLAG_PREFIX, protocol.STOP_FLAG_PREFIX)):
+                        (self.events_dir / name).touch()
                 elif kind == "exit":
                     self.rc = message.get("rc")
                 elif kind == "killed":
@@ -104,6 +108,9 @@ class _Run:
         self.events_dir = spec.log_dir / "events"
         self.token = secrets.token_hex(32)
         self.mark = uuid.uuid4().hex
+        """Carried by every job process on every node, so strays of a node that died are found here."""
+        self.node_mark = uuid.uuid4().hex
+        """Carried by the node processes this conductor started."""
         self.peers: Dict[int, Peer] = {}
         self.node_lost = False
         self.procs: List[Tuple[subprocess.Popen, psutil.Process]] = []
@@ -163,7 +170,7 @@ class _Run:
     def _start_nodes(self, listener: socket.socket) -> None:
         port = listener.getsockname()[1]
         conductor = f"{self.cluster.listen}:{port}"
-        env = {**os.environ, protocol.ENV_MARK: self.mark}
+        env = {**os.environ, protocol.ENV_MARK: self.node_mark}
         for node in range(self.cluster.nnodes):
             log = open(self.spec.log_dir / f"node{node}.log", "wb")
             with log:
@@ -207,7 +214,7 @@ class _Run:
                 "cwd": str(self.spec.cwd), "log_dir": str(self.spec.log_dir / f"node{node}"),
                 "timeout_s": self.spec.timeout_s, "fault": self.spec.fault, "stop": self.spec.stop,
                 "env": {k: self.cluster.fill(v, node, master_port) for k, v in self.spec.env.items()},
-                "roots": cut.roots if cut else [],
+                "roots": cut.roots if cut else [], "mark": self.mark,
             })
 
     def _end(self):
@@ -234,7 +241,7 @@ class _Run:
         while time.monotonic() < deadline and any(p.poll() is None for p, _ in self.procs):
             time.sleep(launcher.POLL_S)
         for proc, root in self.procs:
-            survivors += launcher.kill_tree(root, self.mark)
+            survivors += launcher.kill_tree(root, self.node_mark) + launcher.kill_tree(root, self.mark)
             proc.wait()
         for peer in self.peers.values():
             peer.wire.close()

@@ -43,7 +43,7 @@ class NodeRun:
         self.roots: List[str] = start.get("roots") or []
         self.events_dir = self.spec.log_dir / "events"
         self.events_dir.mkdir(parents=True, exist_ok=True)
-        self.mark = uuid.uuid4().hex
+        self.mark = str(start.get("mark") or uuid.uuid4().hex)
         self.disk = crash.Disk.scan(self.roots) if self.roots else None
         self.offsets: Dict[str, int] = {}
         self.flags: Set[str] = set()
