@@ -106,6 +106,14 @@ def test_a_node_that_dies_mid_run_is_named_and_nothing_it_started_survives(tmp_p
     assert processes_of(tmp_path) == []
 
 
+def test_a_job_that_cannot_start_on_a_node_ends_the_run_with_the_reason_in_its_stderr(tmp_path):
+    spec = RunSpec("reference", ["no-such-launcher-here"], tmp_path, tmp_path / "log", 60)
+    result = conduct.launch(spec, clusters.Cluster(1))
+    assert (result.returncode, result.lost, result.survivors) == (127, [], [])
+    assert result.stderr.read_text().startswith(
+        f"[node 0] chaosckpt node 0: cannot start no-such-launcher-here in {tmp_path}: No such file or directory")
+
+
 def _trial(project: Path, out: Path, scenario: str, *args: str, env=None) -> dict:
     res = run_chaosckpt(["run", "--scenario", scenario, "--json", "--out", str(out), "--timeout", "90", *args],
                         cwd=project, env=env)
@@ -180,3 +188,14 @@ def test_two_nodes_in_network_namespaces_a_node_power_loss_takes_only_node_1s_un
     kept = {p.name: p.stat().st_size for p in node0.iterdir() if p.suffix == ".pt"}  # node 0 kept power
     assert "rank0-epoch0.pt" in kept and min(kept.values()) > 9000
     assert processes_of(tmp_path) == []
+
+
+def test_a_node_fault_is_placed_by_trigger_node_and_a_bad_node_is_a_usage_error():
+    from chaosckpt.conductor import scenario
+
+    loss = scenario.load(str(REPO / "scenarios" / "node-loss.toml"))
+    assert (loss.fault, loss.params()["trigger"]) == ("kill", {"save": 2, "fraction": 0.5, "write": None, "node": -1})
+    assert scenario.load(NODE_POWER_LOSS, {"node": 0}).params()["trigger"]["node"] == 0
+    assert "node" not in scenario.load("power-loss").params()["trigger"]
+    with pytest.raises(UsageError, match="trigger.node must be a node rank, or -1 for the last, got -2"):
+        scenario.load(NODE_POWER_LOSS, {"node": -2})

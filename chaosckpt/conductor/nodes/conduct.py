@@ -26,6 +26,8 @@ from chaosckpt.conductor.nodes.cluster import Cluster
 KILL_WAIT_S = 15.0
 """How long a node has to report its tree killed before it is called lost."""
 BYE_WAIT_S = 5.0
+FAILED_GRACE_S = 20.0
+"""How long the other nodes have to end once one node's job failed."""
 
 
 @dataclass
@@ -43,6 +45,8 @@ class NodeFault:
 class NodesResult(RunResult):
     lost: List[int] = field(default_factory=list)
     """Nodes that did not connect, or stopped answering before the run ended."""
+    joined: List[int] = field(default_factory=list)
+    """Nodes that connected."""
     node_of: Dict[int, int] = field(default_factory=dict)
     """pid -> node, for every process that sent events."""
     rewritten: Optional[Dict] = None
@@ -127,9 +131,14 @@ class _Run:
             lost = self._connect(listener, started)
             if not lost:
                 self._give_work()
+            failed_at = None
             while not lost:
                 if all(p.rc is not None or p.killed is not None for p in self.peers.values()):
                     break
+                if failed_at is None and any(p.rc for p in self.peers.values()):
+                    failed_at = time.monotonic()
+                if failed_at is not None and time.monotonic() - failed_at > FAILED_GRACE_S:
+                    break  # as torchrun ends a job whose worker failed, the other nodes are not waited for
                 lost = [n for n, p in self.peers.items() if p.lost]
                 if protocol.fault_flags(self.events_dir):
                     fault_fired = True
@@ -152,10 +161,12 @@ class _Run:
         lost = sorted(set(lost) | set(unanswered))
         fault_fired = fault_fired or bool(protocol.fault_flags(self.events_dir))
         rcs = [p.rc for n, p in self.peers.items() if not (self.node_lost and n == self.cut.node)]
-        returncode = next((rc for rc in rcs if rc), 0) if rcs and None not in rcs and not lost else -9
+        ended = [rc for rc in rcs if rc is not None]
+        returncode = next((rc for rc in ended if rc), 0 if rcs and len(ended) == len(rcs) and not lost else -9)
         node_of = {int(p.name.split(".")[2]): int(p.name.split(".")[3][1:]) for p in protocol.event_files(self.events_dir)}
         return NodesResult(spec, returncode, time.monotonic() - started, timed_out, fault_fired, survivors, stopped,
-                           lost=lost, node_of=node_of, rewritten=rewritten)
+                           lost=lost, joined=sorted(self.peers), node_of=node_of,
+                           rewritten=rewritten)
 
     def _lose_node(self) -> bool:
         """For a node's loss, kill that node's tree alone (once); whether the run goes on without it."""
@@ -268,7 +279,12 @@ def lost_detail(result: NodesResult, cluster: Cluster) -> str:
     parts = []
     for node in result.lost:
         pids = sorted(pid for pid, n in result.node_of.items() if n == node)
-        ran = f" (its processes {', '.join(map(str, pids))} sent no word since)" if pids else " (it never connected)"
+        if node not in result.joined:
+            ran = " (it never connected)"
+        elif pids:
+            ran = f" (its processes {', '.join(map(str, pids))} sent no word since)"
+        else:
+            ran = " (it stopped answering before its job sent an event)"
         parts.append(cluster.name(node) + ran)
     return (f"the {result.spec.name} run lost {'; '.join(parts)}: a node that stops answering cannot be judged; see "
             f"{result.spec.log_dir}/node<K>.log")

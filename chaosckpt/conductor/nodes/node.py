@@ -55,8 +55,15 @@ class NodeRun:
     def start(self) -> None:
         env = launcher.job_env(self.spec, self.events_dir, self.mark)
         with open(self.spec.log_dir / "stdout.log", "wb") as out, open(self.spec.log_dir / "stderr.log", "wb") as err:
-            self.proc = subprocess.Popen(self.spec.argv, cwd=self.spec.cwd, env=env, stdout=out, stderr=err,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
+            try:
+                self.proc = subprocess.Popen(self.spec.argv, cwd=self.spec.cwd, env=env, stdout=out, stderr=err,
+                                             stdin=subprocess.DEVNULL, start_new_session=True)
+            except OSError as exc:
+                err.write(f"chaosckpt node {self.node}: cannot start {self.spec.argv[0]} in {self.spec.cwd}: "
+                          f"{exc.strerror or exc}\n".encode())
+                self.exit_sent = True
+                self.wire.send({"t": "exit", "rc": 127})
+                return
         self.root = psutil.Process(self.proc.pid)
         threading.Thread(target=self._stream, daemon=True).start()
 
