@@ -266,10 +266,12 @@ class _Run:
 
 
     def _outputs(self) -> None:
-        """The run's stdout.log and stderr.log: each node's (its tail), every line prefixed with its node."""
+        """The run's stdout.log and stderr.log: each node's (its tail), every line prefixed with its node, the
+        nodes whose job failed last, so the log's last line (the verdict's error excerpt) is a failing node's."""
+        order = sorted(self.peers.items(), key=lambda item: (bool(item[1].rc), item[0]))
         for name in ("stdout", "stderr"):
             with open(self.spec.log_dir / f"{name}.log", "w") as out:
-                for node, peer in sorted(self.peers.items()):
+                for node, peer in order:
                     for line in str((peer.killed or {}).get(name, "")).splitlines():
                         out.write(f"[node {node}] {line}\n")
 
