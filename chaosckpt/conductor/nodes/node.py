@@ -167,7 +167,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         wire = wires.connect(args.conductor, token, args.node_rank)
     except (OSError, wires.WireError) as exc:
-        print(f"chaosckpt node: cannot reach the conductor at {args.conductor}: {exc}", file=sys.stderr)
+        print(f"chaosckpt node: cannot reach the conductor at {args.conductor}: {getattr(exc, 'strerror', None) or exc}; "
+              "check that this machine can reach that address (chaosckpt run --listen)", file=sys.stderr)
         return 3
     with launcher._subreaper():
         return serve(wire, args.node_rank)
