@@ -2,7 +2,8 @@
 
 The two-node trials run the DDP job with one rank per node and node-local checkpoint folders
 (ckpt/node<N>): 16 steps, a save after every 4, save 2 interrupted, so the last good step is 4
-(rank-epoch-skew) or 8 (a power loss just after save 2 returned). The local default (every node a
+(rank-epoch-skew) or 8 (a power loss just after save 2 returned); every run stops 3 steps past the
+point it matters for (--horizon 3). The local default (every node a
 process group on this machine) runs everywhere; the same trials across Linux network namespaces (a
 separate network stack per node, gloo between them) run where namespaces can be made.
 """
@@ -124,14 +125,15 @@ def _trial(project: Path, out: Path, scenario: str, *args: str, env=None) -> dic
 @pytest.mark.e2e
 def test_two_local_nodes_skewed_rank_on_node_1_agreeing_on_the_newest_common_epoch_pass(tmp_path):
     project = project_with(tmp_path, DDP_JOB)
-    trial = _trial(project, tmp_path / "r", "rank-epoch-skew", "--nnodes", "2", "train.py", "--",
+    trial = _trial(project, tmp_path / "r", "rank-epoch-skew", "--nnodes", "2", "--horizon", "3", "train.py", "--",
                    "--ckpt", "per-rank", "--node-local")
 
     assert trial["status"] == "passed", trial["headline"]
     assert (trial["fault"]["rank"], trial["fault"]["node"]) == (1, 1)
     assert trial["fault"]["path"] == "ckpt/node1/rank1-epoch1.pt.tmp"
-    assert [(r["rank"], r["node"], r["outcome"], r["recovered_step"], r["reproduced"]) for r in trial["ranks"]] == [
-        (0, 0, "last-good", 4, True), (1, 1, "last-good", 4, True)]
+    assert [(r["rank"], r["node"], r["outcome"], r["recovered_step"], r["reproduced"], r["last_step"])
+            for r in trial["ranks"]] == [(0, 0, "last-good", 4, True, 7), (1, 1, "last-good", 4, True, 7)]
+    assert [run["stopped"] for run in trial["runs"]] == [True, False, True]  # every node stopped at the horizon
     faulted = Path(trial["runs"][1]["events"])
     assert sorted(p.name.split(".", 3)[3] for p in faulted.glob("events.*.jsonl")) == ["n0.jsonl", "n1.jsonl"]
     assert all(run["survivors"] == 0 for run in trial["runs"]) and processes_of(tmp_path) == []
@@ -165,7 +167,7 @@ def test_two_nodes_in_network_namespaces_a_node_power_loss_takes_only_node_1s_un
 
     def trial(out: str, *job: str) -> dict:
         res = subprocess.run([*namespaces.conductor(), sys.executable, "-m", "chaosckpt", "run", "--scenario",
-                              NODE_POWER_LOSS, "--json", "--out", str(tmp_path / out), "--timeout", "90",
+                              NODE_POWER_LOSS, "--json", "--out", str(tmp_path / out), "--timeout", "90", "--horizon", "3",
                               "--keep-sandbox", *net, "train.py", "--", "--ckpt", "per-rank", "--node-local", *job],
                              cwd=project, env={**os.environ, **env}, capture_output=True, text=True, timeout=400)
         assert res.stdout, res.stderr

@@ -93,6 +93,15 @@ class Peer:
         return self.gone and self.rc is None and self.killed is None
 
 
+def ranks_stopped(events_dir: Path) -> bool:
+    """Every rank of every node has reached the horizon: its process raised its stop flag. (Unlike a local
+    run's check, this cannot ask whether another machine's process is still alive; a rank that ended
+    without stopping holds the others only until ``STOP_HOLD_S``.)"""
+    flagged = {p.name[len(protocol.STOP_FLAG_PREFIX):] for p in protocol.fault_flags(events_dir, protocol.STOP_FLAG_PREFIX)}
+    return all(path.name.split(".")[2] in flagged for path in protocol.event_files(events_dir)
+               if path.name.split(".")[1].isdigit())
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("", 0))
@@ -147,7 +156,7 @@ class _Run:
                         break
                 if protocol.fault_flags(self.events_dir, protocol.STOP_FLAG_PREFIX):
                     stopped = True
-                    launcher._hold(spec, self.events_dir, started, launcher._all_stopped, launcher.STOP_HOLD_S)
+                    launcher._hold(spec, self.events_dir, started, ranks_stopped, launcher.STOP_HOLD_S)
                     break
                 if time.monotonic() - started > spec.timeout_s:
                     timed_out = True
