@@ -156,18 +156,19 @@ def namespaces():
 
 
 @pytest.mark.e2e
-def test_two_nodes_in_network_namespaces_a_node_power_loss_takes_only_node_1s_unsynced_checkpoint(tmp_path, namespaces):
-    """gloo across two network stacks; node 1 loses power just after save 2: a job whose every node fsyncs
+def test_two_nodes_in_network_namespaces_naive_node_local_checkpoints_fail_by_node(tmp_path, namespaces):
+    """gloo across two network stacks. Node 1 loses power just after save 2: a job whose every node fsyncs
     resumes from step 8 on both ranks; one whose node 1 never fsyncs loses node 1's acknowledged checkpoint,
-    while node 0's folder is kept as the job left it."""
+    while node 0's folder is kept as the job left it. Rank 1 on node 1 is held mid-save 2 (rank-epoch-skew):
+    nodes that each load their own newest file come back from different steps."""
     project = project_with(tmp_path, DDP_JOB)
     net = ["--nnodes", "2", "--hosts", namespaces.hosts(), "--node-cmd", namespaces.node_cmd(),
            "--listen", namespaces.hub_address]
     env = {"GLOO_SOCKET_IFNAME": "ccv"}
 
-    def trial(out: str, *job: str) -> dict:
+    def trial(out: str, *job: str, scenario: str = NODE_POWER_LOSS) -> dict:
         res = subprocess.run([*namespaces.conductor(), sys.executable, "-m", "chaosckpt", "run", "--scenario",
-                              NODE_POWER_LOSS, "--json", "--out", str(tmp_path / out), "--timeout", "90", "--horizon", "3",
+                              scenario, "--json", "--out", str(tmp_path / out), "--timeout", "90", "--horizon", "3",
                               "--keep-sandbox", *net, "train.py", "--", "--ckpt", "per-rank", "--node-local", *job],
                              cwd=project, env={**os.environ, **env}, capture_output=True, text=True, timeout=400)
         assert res.stdout, res.stderr
@@ -189,6 +190,15 @@ def test_two_nodes_in_network_namespaces_a_node_power_loss_takes_only_node_1s_un
     node0 = Path(lazy["results_dir"]) / "sandboxes" / "faulted" / "ckpt" / "node0"
     kept = {p.name: p.stat().st_size for p in node0.iterdir() if p.suffix == ".pt"}  # node 0 kept power
     assert "rank0-epoch0.pt" in kept and min(kept.values()) > 9000
+
+    own = trial("own", "--resume", "own", scenario="rank-epoch-skew")
+    assert own["status"] == "failed" and own["fault"]["node"] == 1
+    split = next(f for f in own["findings"] if f["kind"] == "ranks-disagree")
+    assert split["steps"] == {"0": 8, "1": 4}
+    assert split["message"].startswith(f"the ranks resumed from different checkpoints: rank 0 on node 0 "
+                                       f"({namespaces.address(0)}) from step 8, rank 1 on node 1 "
+                                       f"({namespaces.address(1)}) from step 4")
+    assert all(run["survivors"] == 0 for t in (robust, lazy, own) for run in t["runs"])
     assert processes_of(tmp_path) == []
 
 
