@@ -11,13 +11,11 @@ separate network stack per node, gloo between them) run where namespaces can be 
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import List
 
 import pytest
 
@@ -83,6 +81,11 @@ def test_bad_node_options_are_one_line_errors(project, tmp_path):
     assert res.stderr.strip().splitlines()[-1] == (
         "chaosckpt: error: --node-cmd 'ssh {host}' names {host} but no host is known; give --hosts a,b or run "
         "inside a Slurm allocation (SLURM_JOB_NODELIST)")
+    res = run_chaosckpt(["run", "-s", "rank-epoch-skew", "--nnodes", "2", "--listen", "192.0.2.55", "--out",
+                         str(tmp_path / "r"), "train.py"], cwd=project)
+    assert res.returncode == 2 and res.stderr.strip().splitlines()[-1] == (
+        "chaosckpt: error: --listen 192.0.2.55: chaosckpt cannot listen there (Cannot assign requested address); "
+        "give an address of this machine that the nodes can reach")
 
 
 def test_a_node_that_never_connects_is_named_and_the_others_are_ended(tmp_path):

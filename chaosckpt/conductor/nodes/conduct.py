@@ -19,6 +19,7 @@ import psutil
 
 from chaosckpt import protocol
 from chaosckpt.conductor import launcher
+from chaosckpt.conductor.errors import UsageError
 from chaosckpt.conductor.launcher import RunResult, RunSpec
 from chaosckpt.conductor.nodes import wire as wires
 from chaosckpt.conductor.nodes.cluster import Cluster
@@ -93,6 +94,14 @@ class Peer:
         return self.gone and self.rc is None and self.killed is None
 
 
+def _send(peer: Peer, message: wires.Message) -> None:
+    """Send to a node; one whose connection broke is found lost by its reader."""
+    try:
+        peer.wire.send(message)
+    except OSError:
+        pass
+
+
 def ranks_stopped(events_dir: Path) -> bool:
     """Every rank of every node has reached the horizon: its process raised its stop flag. (Unlike a local
     run's check, this cannot ask whether another machine's process is still alive; a rank that ended
@@ -134,7 +143,11 @@ class _Run:
         started = time.monotonic()
         timed_out = fault_fired = stopped = False
         lost: List[int] = []
-        listener = socket.create_server((self.cluster.listen, 0), backlog=self.cluster.nnodes * 2)
+        try:
+            listener = socket.create_server((self.cluster.listen, 0), backlog=self.cluster.nnodes * 2)
+        except OSError as exc:
+            raise UsageError(f"--listen {self.cluster.listen}: chaosckpt cannot listen there ({os.strerror(exc.errno) if exc.errno else exc}); "
+                             "give an address of this machine that the nodes can reach") from None
         try:
             self._start_nodes(listener)
             lost = self._connect(listener, started)
@@ -184,7 +197,7 @@ class _Run:
         peer = self.peers[self.cut.node]
         if not self.node_lost:
             self.node_lost = True
-            peer.wire.send({"t": "kill", "power_loss": None})
+            _send(peer, {"t": "kill", "power_loss": None})
         return True
 
     def _start_nodes(self, listener: socket.socket) -> None:
@@ -229,7 +242,7 @@ class _Run:
         master_port = _free_port() if not self.cluster.hosts else 29500 + secrets.randbelow(400)
         for node, peer in sorted(self.peers.items()):
             cut = self.cut if self.cut is not None and self.cut.node == node else None
-            peer.wire.send({
+            _send(peer, {
                 "t": "start", "name": self.spec.name, "argv": self.cluster.job_argv(self.spec.argv, node, master_port),
                 "cwd": str(self.spec.cwd), "log_dir": str(self.spec.log_dir / f"node{node}"),
                 "timeout_s": self.spec.timeout_s, "fault": self.spec.fault, "stop": self.spec.stop,
@@ -243,20 +256,14 @@ class _Run:
             cut = self.cut is not None and self.cut.node == node
             if peer.killed is not None:
                 continue
-            try:
-                peer.wire.send({"t": "kill", "power_loss": self.cut.model if cut else None})
-            except OSError:
-                pass
+            _send(peer, {"t": "kill", "power_loss": self.cut.model if cut else None})
         deadline = time.monotonic() + KILL_WAIT_S
         while time.monotonic() < deadline and any(p.killed is None and not p.gone for p in self.peers.values()):
             time.sleep(launcher.POLL_S)
         survivors: List[int] = []
         for peer in self.peers.values():
             survivors += (peer.killed or {}).get("survivors", [])
-            try:
-                peer.wire.send({"t": "bye"})
-            except OSError:
-                pass
+            _send(peer, {"t": "bye"})
         deadline = time.monotonic() + BYE_WAIT_S
         while time.monotonic() < deadline and any(p.poll() is None for p, _ in self.procs):
             time.sleep(launcher.POLL_S)
