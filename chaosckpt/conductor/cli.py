@@ -25,9 +25,9 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from chaosckpt.conductor.commands import audit, clean, history, report, run, scenarios, suite
+    from chaosckpt.conductor.commands import audit, clean, history, node, report, run, scenarios, suite
 
-    for module in (run, scenarios, suite, report, history, audit, clean):
+    for module in (run, scenarios, suite, report, history, audit, clean, node):
         cli.add_command(module.command)
 
 

@@ -238,3 +238,15 @@ def unseen(disk: Disk) -> List[str]:
                 if (st.st_dev, st.st_ino) not in disk.inodes:
                     found.append(path)
     return sorted(found)
+
+
+def power_cut(disk: Disk, ops: Iterable[dict], model: Model, roots: Iterable[str]) -> Tuple[List[Entry], List[str]]:
+    """Replay ``ops`` over ``disk`` and rewrite ``roots`` into what they hold when the power comes back;
+    the entries written, and the files no model can judge (``unseen``), which are left as the job wrote them."""
+    for op in ops:
+        disk.apply(op)
+    entries = disk.after_crash(model)
+    native = unseen(disk)
+    entries += [Entry(path, path, os.path.getsize(path)) for path in native]
+    materialize(entries, roots)
+    return entries, native

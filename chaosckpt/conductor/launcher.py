@@ -18,7 +18,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Optional
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import psutil
 
@@ -230,25 +230,37 @@ def launch(spec: RunSpec) -> RunResult:
         return _run(spec)
 
 
+def spawn(spec: RunSpec, events_dir: Path, mark: str) -> Tuple[subprocess.Popen, logcap.CappedLog, logcap.CappedLog]:
+    """Start the job's tree confined to its sandbox (see ``confinement``), in a session of its own, killed
+    with this process, its output capped into ``stdout.log`` and ``stderr.log``: the process and both logs."""
+    env = job_env(spec, events_dir, mark)
+    argv, confined_env = confinement.command(spec.argv, spec.cwd, spec.log_dir, spec.maps)
+    env.update({k: v for k, v in confined_env.items() if k not in spec.env})
+    out, out_log = logcap.pipe_into(spec.log_dir / "stdout.log")
+    err, err_log = logcap.pipe_into(spec.log_dir / "stderr.log")
+    try:
+        try:
+            proc = subprocess.Popen(
+                argv, cwd=spec.cwd, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                start_new_session=True, preexec_fn=die_with_parent(signal.SIGKILL),
+            )
+        finally:
+            os.close(out)
+            os.close(err)
+    except OSError:
+        out_log.close()
+        err_log.close()
+        raise
+    return proc, out_log, err_log
+
+
 def _run(spec: RunSpec) -> RunResult:
     spec.log_dir.mkdir(parents=True, exist_ok=True)
     events_dir = spec.log_dir / "events"
     events_dir.mkdir(exist_ok=True)
     mark = uuid.uuid4().hex
-    env = job_env(spec, events_dir, mark)
-    argv, confined_env = confinement.command(spec.argv, spec.cwd, spec.log_dir, spec.maps)
-    env.update({k: v for k, v in confined_env.items() if k not in spec.env})
     started = time.monotonic()
-    out, out_log = logcap.pipe_into(spec.log_dir / "stdout.log")
-    err, err_log = logcap.pipe_into(spec.log_dir / "stderr.log")
-    try:
-        proc = subprocess.Popen(
-            argv, cwd=spec.cwd, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True,
-            preexec_fn=die_with_parent(signal.SIGKILL),
-        )
-    finally:
-        os.close(out)
-        os.close(err)
+    proc, out_log, err_log = spawn(spec, events_dir, mark)
     root = psutil.Process(proc.pid)
     timed_out = fault_fired = stopped = False
     survivors: List[int] = []

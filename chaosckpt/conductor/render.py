@@ -22,6 +22,7 @@ REASONS = {
     "resume-took-no-steps": "the resumed job trained no further",
     "survivors": "processes of the job survived SIGKILL",
     "disk-full": "chaosckpt's own disk is full",
+    "node-lost": "a node of the job stopped answering",
 }
 
 

@@ -23,6 +23,7 @@ Reason = Literal[
     "resume-took-no-steps",
     "survivors",
     "disk-full",
+    "node-lost",
 ]
 """Why a verdict could not be established (status ``inconclusive``)."""
 

@@ -25,9 +25,9 @@ PLACEMENT_KEYS = ("save", "step", "after")
 """Which save a fault concerns: its number (negative: counted from the reference's end), the first save
 at or after a step, or the first save at or after a wall-clock time into the run."""
 TRIGGER_KEYS = {
-    "kill": (*PLACEMENT_KEYS, "fraction", "write"),
+    "kill": (*PLACEMENT_KEYS, "fraction", "write", "node"),
     "enospc": (*PLACEMENT_KEYS, "fraction", "write", "free_bytes"),
-    "power-loss": (*PLACEMENT_KEYS, "op", "model"),
+    "power-loss": (*PLACEMENT_KEYS, "op", "model", "node"),
     "eval-left-on": PLACEMENT_KEYS,
     "rank-skew": (*PLACEMENT_KEYS, "fraction", "write", "rank", "variant", "offset"),
 }
@@ -78,6 +78,9 @@ class Trigger:
     """rank-skew: the rank held mid-save (and, for ``offset``, whose epoch is shifted); -1 is the last."""
     variant: str = "kill"
     offset: int = 1
+    node: int | None = None
+    """A multi-node job: only this node loses power (power-loss) or is killed while the others run on (kill);
+    -1 is the last node; None: the whole job."""
 
     def check(self, where: str) -> None:
         if not _whole(self.save, -10**9) or self.save == 0:
@@ -101,6 +104,8 @@ class Trigger:
             raise UsageError(f"{where}: trigger.model must be one of {', '.join(MODELS)}, got {shown(self.model)}")
         if not _whole(self.rank, -1):
             raise UsageError(f"{where}: trigger.rank must be a rank number, or -1 for the last, got {shown(self.rank)}")
+        if self.node is not None and not _whole(self.node, -1):
+            raise UsageError(f"{where}: trigger.node must be a node rank, or -1 for the last, got {shown(self.node)}")
         if self.variant not in SKEW_VARIANTS:
             raise UsageError(f"{where}: trigger.variant must be one of {', '.join(SKEW_VARIANTS)}, got {shown(self.variant)}")
         if not _whole(self.offset, -10**6) or self.offset == 0:
@@ -135,7 +140,7 @@ class Scenario:
     def params(self) -> Dict[str, Any]:
         placed = [k for k in PLACEMENT_KEYS[1:] if getattr(self.trigger, k) is not None] or ["save"]
         trigger = {k: getattr(self.trigger, k) for k in TRIGGER_KEYS[self.fault]
-                   if k not in PLACEMENT_KEYS or k in placed}
+                   if (k not in PLACEMENT_KEYS or k in placed) and not (k == "node" and self.trigger.node is None)}
         return {"trigger": trigger, "expect": dataclasses.asdict(self.expect)}
 
 

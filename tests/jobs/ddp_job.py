@@ -4,7 +4,8 @@ Checkpoints are saved after every epoch, atomically (temporary file, fsync, rena
 ``--ckpt rank0`` writes one shared ckpt/last.pt from rank 0; ``--ckpt per-rank`` has
 every rank keep ckpt/rank<R>-epoch<E>.pt files of its own, and on resume the ranks
 either agree on the newest epoch all of them have (``--resume agree``) or each loads
-its own newest file (``--resume own``).
+its own newest file (``--resume own``). ``--node-local`` keeps each machine's files in a folder of its own,
+ckpt/node<N> (torchrun's GROUP_RANK), as on node-local disks; ``--no-fsync-node N`` never fsyncs there.
 """
 
 import argparse
@@ -21,23 +22,26 @@ p.add_argument("--ckpt", choices=["rank0", "per-rank"], default="rank0")
 p.add_argument("--resume", choices=["agree", "own"], default="agree")
 p.add_argument("--no-epoch", action="store_true", help="the checkpoint holds the step but not the epoch")
 p.add_argument("--no-set-epoch", action="store_true", help="never call sampler.set_epoch")
+p.add_argument("--node-local", action="store_true", help="checkpoints in ckpt/node<GROUP_RANK>")
+p.add_argument("--no-fsync-node", type=int, default=None, help="this node's saves are never fsynced")
 p.add_argument("--epochs", type=int, default=4)
 p.add_argument("--samples", type=int, default=64)
 p.add_argument("--batch", type=int, default=8)
 
 
-def atomic_save(obj, path):
+def atomic_save(obj, path, sync=True):
     with open(path + ".tmp", "wb") as f:
         torch.save(obj, f)
         f.flush()
-        os.fsync(f.fileno())
+        if sync:
+            os.fsync(f.fileno())
     os.replace(path + ".tmp", path)
 
 
-def newest_own_epoch(rank):
+def newest_own_epoch(folder, rank):
     """The newest epoch this rank has a file of, or -1."""
     prefix = f"rank{rank}-epoch"
-    epochs = [int(n[len(prefix):-3]) for n in os.listdir("ckpt") if n.startswith(prefix) and n.endswith(".pt")]
+    epochs = [int(n[len(prefix):-3]) for n in os.listdir(folder) if n.startswith(prefix) and n.endswith(".pt")]
     return max(epochs, default=-1)
 
 
@@ -54,16 +58,19 @@ def main():
     model = DistributedDataParallel(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1)))
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     total_steps = args.epochs * len(loader)
-    os.makedirs("ckpt", exist_ok=True)
+    node = int(os.environ.get("GROUP_RANK", "0"))
+    folder = f"ckpt/node{node}" if args.node_local else "ckpt"
+    sync = args.no_fsync_node != node
+    os.makedirs(folder, exist_ok=True)
     dist.barrier()
 
     if args.ckpt == "rank0":
-        path = "ckpt/last.pt" if os.path.exists("ckpt/last.pt") else None
+        path = f"{folder}/last.pt" if os.path.exists(f"{folder}/last.pt") else None
     else:
-        newest = torch.tensor([newest_own_epoch(rank)])
+        newest = torch.tensor([newest_own_epoch(folder, rank)])
         if args.resume == "agree":
             dist.all_reduce(newest, op=dist.ReduceOp.MIN)
-        path = f"ckpt/rank{rank}-epoch{int(newest)}.pt" if int(newest) >= 0 else None
+        path = f"{folder}/rank{rank}-epoch{int(newest)}.pt" if int(newest) >= 0 else None
     epoch, step = 0, 0
     if path is not None:
         ck = torch.load(path)
@@ -87,9 +94,9 @@ def main():
         if not args.no_epoch:
             state["epoch"] = epoch
         if args.ckpt == "per-rank":
-            atomic_save(state, f"ckpt/rank{rank}-epoch{epoch}.pt")
+            atomic_save(state, f"{folder}/rank{rank}-epoch{epoch}.pt", sync)
         elif rank == 0:
-            atomic_save(state, "ckpt/last.pt")
+            atomic_save(state, f"{folder}/last.pt", sync)
         epoch += 1
     dist.barrier()
     dist.destroy_process_group()

@@ -12,6 +12,7 @@ import click
 
 from chaosckpt.conductor import atomic, config as configs, confinement, horizon as horizons, invocation, preflight
 from chaosckpt.conductor import progress, render, scenario as scenarios
+from chaosckpt.conductor.nodes import cluster as clusters
 from chaosckpt.conductor.errors import EXIT_CODES, UsageError, exit_code
 from chaosckpt.conductor.result import document
 from chaosckpt.conductor.trial import TrialOptions, run_trial
@@ -48,6 +49,16 @@ from chaosckpt.conductor.trial import TrialOptions, run_trial
               help="A path under --workdir left out of the sandbox, such as a checkpoint an earlier training left.")
 @click.option("--nproc", type=int, default=None, metavar="N",
               help="Run SCRIPT.py as N ranks on this machine, through torch.distributed.run --standalone.")
+@click.option("--nnodes", type=int, default=None, metavar="N",
+              help="Run the job on N machines: with --nproc, N x nproc ranks through torch.distributed.run, "
+                   "each node's rank and the rendezvous at node 0 filled in by chaosckpt (see Multi-node jobs).")
+@click.option("--hosts", default=None, metavar="A,B,...",
+              help="The nodes' machines, node 0 first (default: the Slurm allocation with --node-cmd, else this machine).")
+@click.option("--node-cmd", default=None, metavar="TEMPLATE",
+              help="What starts a node on its machine, e.g. 'ssh {host}' or 'srun -N1 -n1 -w {host}' "
+                   "(default: a separate process group on this machine).")
+@click.option("--listen", default=None, metavar="ADDRESS",
+              help="The address the nodes reach chaosckpt at (default: 127.0.0.1 for local nodes, else this host's name).")
 @click.option("--config", "config_path", type=click.Path(path_type=Path), metavar="FILE",
               help="chaosckpt.toml or pyproject.toml to read (default: the nearest one from here up), as suite does.")
 @click.option("--horizon", "horizon_value", default=None, metavar="N|end",
@@ -55,7 +66,8 @@ from chaosckpt.conductor.trial import TrialOptions, run_trial
                    f"'end' runs every run to the job's end (default {horizons.DEFAULT}).")
 @click.option("--json", "as_json", is_flag=True, help="Print only the result document, as JSON, on stdout.")
 def command(args, scenario_name, params, resume_args, resume_cmd, timeout, tolerance, out, workdir, keep_sandbox, sweep,
-            max_resumes, ckpt_dirs, maps, excludes, nproc, config_path, horizon_value, as_json):
+            max_resumes, ckpt_dirs, maps, excludes, nproc, nnodes, hosts, node_cmd, listen, config_path, horizon_value,
+            as_json):
     """Run a training job, inject a fault, resume it, and score the recovery.
 
     \b
@@ -92,7 +104,8 @@ def command(args, scenario_name, params, resume_args, resume_cmd, timeout, toler
     overrides = dict(scenarios.parse_param(p) for p in params)
     scen = scenarios.load(scenario_name, overrides)
     base = Path(conf.source).parent if conf.source and not args else None
-    command = invocation.with_ranks(invocation.job_command(list(conf.command), workdir, base), conf.nproc if conf.nproc != 1 else None)
+    cluster = clusters.from_options(nnodes, hosts, node_cmd, listen)
+    command = clusters.with_nodes(invocation.job_command(list(conf.command), workdir, base), conf.nproc, cluster)
     resume = invocation.resume_command(command, conf.resume_args, conf.resume_command)
     timeout, tolerance, out = conf.timeout, conf.tolerance, conf.results
     invocation.check_sweep(scen, sweep)
@@ -103,7 +116,7 @@ def command(args, scenario_name, params, resume_args, resume_cmd, timeout, toler
     results = invocation.results_dir(out, scen.name)
     opts = TrialOptions(command, resume, workdir, results, timeout, tolerance, keep_sandbox, exclude=exclude,
                         ckpt_dirs=watched, sweep=sweep, max_resumes=max_resumes, maps=[Path(m) for m in mapped],
-                        horizon=horizon, progress=progress.wanted(as_json))
+                        horizon=horizon, progress=progress.wanted(as_json), cluster=cluster)
     if not as_json:
         click.echo(f"chaosckpt: {scen.name} on {shlex.join(command)} (results in {os.path.relpath(results)})", err=True)
         survey = preflight.survey(workdir, [*exclude, results], results / "sandboxes")

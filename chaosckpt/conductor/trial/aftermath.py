@@ -6,30 +6,43 @@ import os
 from typing import List
 
 from chaosckpt.conductor import copies, crash
+from chaosckpt.conductor.nodes import power
 from chaosckpt.conductor.result import Finding
 from chaosckpt.conductor.runlog import RunLog
 from chaosckpt.conductor.trial.arm import Armed
 from chaosckpt.conductor.trial.context import Context, rel
+from chaosckpt.conductor.trial.faulted import Faulted
 
 
 def power_loss(ctx: Context, armed: Armed, faulted: RunLog) -> None:
     """Rewrite the checkpoint directories into what the disk holds when the power comes back."""
     disk, work = armed.disk, armed.work
-    for op in faulted.ops():
-        disk.apply(op)
     model = ctx.scenario.trigger.model
-    entries = disk.after_crash(model)
-    for path in crash.unseen(disk):
-        entries.append(crash.Entry(path, path, os.path.getsize(path)))
+    entries, native = crash.power_cut(disk, faulted.ops(), model, armed.roots)
+    _record(ctx, work, model, {e.path: e.length for e in entries}, native)
+
+
+def node_power_loss(ctx: Context, armed: Armed, run: Faulted) -> None:
+    """One node's power loss: that node has rewritten its own folders; record what they hold, and replay its
+    journal here too, so a lost checkpoint can be named with the fsync it lacked."""
+    cut, result = armed.cut, run.result
+    for op in power.node_ops(run.log, result.events_dir, cut.node):
+        armed.disk.apply(op)
+    report = getattr(result, "rewritten", None) or {"files": {}, "native": []}
+    ctx.trial.fault["node"] = cut.node
+    _record(ctx, armed.work, cut.model, report["files"], report["native"])
+
+
+def _record(ctx: Context, work, model: str, files: dict, native: List[str]) -> None:
+    for path in native:
         ctx.trial.findings.append(Finding(
             "not-interposed",
             f"{rel(path, work)} was written by code chaosckpt cannot see (native writes, such as "
             "safetensors'), so the power-loss model left it as the job wrote it: its durability is not judged",
             {"path": rel(path, work)},
         ))
-    crash.materialize(entries, armed.roots)
     ctx.trial.fault["model"] = model
-    ctx.trial.fault["files"] = {rel(e.path, work): e.length for e in entries}
+    ctx.trial.fault["files"] = {rel(path, work): length for path, length in files.items()}
 
 
 def lost_checkpoint(ctx: Context, save, ops: List[dict], armed: Armed) -> Finding:

@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import List, Optional
 
 from chaosckpt.conductor import arming, confinement, crash, ranks
+from chaosckpt.conductor.nodes import power
+from chaosckpt.conductor.nodes.conduct import NodeFault
 from chaosckpt.conductor.runlog import RunLog
 from chaosckpt.conductor.trial.context import Context
 from chaosckpt.conductor.trial.options import Stop
@@ -24,6 +26,8 @@ class Armed:
     """The checkpoint directories as the journal starts them, when the scenario needs the journal."""
     full_bytes: int
     """Bytes the faulted save wrote in the reference run."""
+    cut: Optional[NodeFault] = None
+    """A power loss of one node of a multi-node job, which that node applies to its own folders."""
 
 
 def arm(ctx: Context, reference: RunLog) -> Armed:
@@ -36,12 +40,15 @@ def arm(ctx: Context, reference: RunLog) -> Armed:
         confinement.require_inside(roots, work)
     try:
         track = roots if journal else None
+        cut = None
         if scen.fault == "rank-skew":
             fault = ranks.arm(scen, reference, track)
+        elif power.wanted(scen):
+            fault, cut = power.arm(scen, reference, Path(ctx.trial.runs[0].events), ctx.opts.cluster, track, work)
         else:
             fault = arming.arm(scen, reference, track, sweep=ctx.opts.sweep)
     except arming.NotArmable as exc:
         raise Stop("fault-not-triggered", str(exc)) from None
     full = arming.full_bytes(reference, scen.trigger.save)
     disk = crash.Disk.scan(roots) if journal else None
-    return Armed(fault, work, roots, disk, full)
+    return Armed(fault, work, roots, disk, full, cut)

@@ -8,6 +8,7 @@ from typing import Callable, Dict, List, Optional
 
 from chaosckpt.conductor import confinement, diskspace, launcher, sandbox
 from chaosckpt.conductor.launcher import RunResult, RunSpec
+from chaosckpt.conductor.nodes import conduct
 from chaosckpt.conductor.result import RunRecord, Trial
 from chaosckpt.conductor.scenario import Scenario
 from chaosckpt.conductor.trial.options import Stop, TrialOptions
@@ -39,7 +40,8 @@ class Context:
 
     def launch(self, name: str, argv: List[str], cwd: Path, fault: Optional[dict] = None,
                env: Optional[Dict[str, str]] = None, hold: Optional[Callable[[Path], bool]] = None,
-               stop_on_timeout: bool = True, stop: Optional[dict] = None) -> RunResult:
+               stop_on_timeout: bool = True, stop: Optional[dict] = None,
+               cut: Optional[conduct.NodeFault] = None) -> RunResult:
         """Run one process tree of the trial, to its end or its horizon ``stop``, and record it; a timeout or
         a survivor of the kill ends the trial."""
         progress = self.opts.progress
@@ -47,7 +49,8 @@ class Context:
         spec = RunSpec(name, argv, cwd, self.opts.results_dir / name, self.opts.timeout_s, fault, env or {}, hold,
                        stop, watch, self.maps)
         try:
-            result = launcher.launch(spec)
+            cluster = self.opts.cluster
+            result = launcher.launch(spec) if cluster is None else conduct.launch(spec, cluster, cut)
         finally:
             if progress is not None:
                 progress.done()
@@ -68,6 +71,8 @@ class Context:
                 stop=stop,
             )
         )
+        if isinstance(result, conduct.NodesResult) and result.lost:
+            raise Stop("node-lost", conduct.lost_detail(result, self.opts.cluster))
         if (result.returncode or result.log_error) and diskspace.hit_full_disk(
                 result.stderr, result.events_dir, self.scenario.fault in ("enospc", "disk-full"), result.log_error):
             raise Stop("disk-full", diskspace.describe(self.opts.results_dir, what=f"the {name} run could not write"))

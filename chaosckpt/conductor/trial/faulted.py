@@ -44,7 +44,7 @@ def faulted(ctx: Context, armed: Armed, reference: RunLog) -> Faulted:
     """Run the job with the fault armed; record in the verdict where it fired and what it left on disk."""
     fault = armed.fault
     result = ctx.launch("faulted", ctx.opts.command, armed.work, fault, hold=ranks.hold(ctx.scenario, reference, fault),
-                        stop=run_stop(ctx))
+                        stop=run_stop(ctx), cut=armed.cut)
     log = RunLog.read(result.events_dir)
     if not log.agent_loaded:
         raise Stop("agent-not-loaded", f"no event came from the faulted run: {score.tail_line(result.stderr)}")

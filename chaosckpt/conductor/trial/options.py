@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from chaosckpt.conductor import horizon
+from chaosckpt.conductor.nodes.cluster import Cluster
 from chaosckpt.conductor.progress import RunProgress
 from chaosckpt.conductor.result import Reason
 
@@ -39,6 +40,8 @@ class TrialOptions:
     """Shows each run's progress on a terminal; None keeps quiet."""
     maps: List[Path] = field(default_factory=list)
     """Folders outside ``workdir`` the job writes into, overlaid so the writes land in the sandbox (``--map``)."""
+    cluster: Optional[Cluster] = None
+    """The machines a multi-node job runs on (``--nnodes``); None: this machine alone."""
 
 
 class Stop(Exception):

@@ -4,9 +4,10 @@ aftermath, resume and score), the headline last; the sandboxes go whatever happe
 from __future__ import annotations
 
 from chaosckpt.conductor import diskspace, render, sandbox, score
+from chaosckpt.conductor.nodes.verdict import name_nodes
 from chaosckpt.conductor.result import Trial
 from chaosckpt.conductor.scenario import Scenario
-from chaosckpt.conductor.trial.aftermath import power_loss
+from chaosckpt.conductor.trial.aftermath import node_power_loss, power_loss
 from chaosckpt.conductor.trial.arm import arm
 from chaosckpt.conductor.trial.context import Context
 from chaosckpt.conductor.trial.crashpoints import sweep_save
@@ -44,6 +45,8 @@ class TrialRunner:
             self.trial.reason = stop.reason
             self.trial.detail = stop.detail
         finally:
+            if self.opts.cluster is not None:
+                name_nodes(self.trial, self.opts.cluster)
             if not self.opts.keep_sandbox:
                 sandbox.remove(self.ctx.sandbox_root)
         self.trial.headline = render.headline(self.trial)
@@ -64,7 +67,9 @@ class TrialRunner:
         if self.opts.sweep:
             sweep_save(ctx, ref, armed, run)
             return
-        if ctx.scenario.fault == "power-loss":
+        if armed.cut is not None and armed.cut.model is not None:
+            node_power_loss(ctx, armed, run)
+        elif ctx.scenario.fault == "power-loss":
             power_loss(ctx, armed, run.log)
         if run.carried_on:
             judge_survivor(ctx, ref, run.log.trainer() or run.proc, armed)
