@@ -52,8 +52,8 @@ def layers(cwd: Path) -> Path:
     return cwd.parent / f"{cwd.name}.layers"
 
 
-def _layer(cwd: Path, target: str) -> Path:
-    return layers(cwd) / (target.strip("/").replace("/", "%") or "%")
+def _layer(cwd: Path, target: str, instance: str = "") -> Path:
+    return layers(cwd) / instance / (target.strip("/").replace("/", "%") or "%")
 
 
 @functools.lru_cache(maxsize=None)
@@ -64,7 +64,7 @@ def available() -> bool:
     with tempfile.TemporaryDirectory(prefix="chaosckpt-probe-") as tmp:
         box = Path(tmp) / "box"
         box.mkdir()
-        spec = _spec(box, box, [])
+        spec = _spec(box, box, [], "")
         true = shutil.which("true") or "/bin/true"
         try:
             done = subprocess.run([*_prefix(spec), true], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -76,12 +76,12 @@ def available() -> bool:
         return ok
 
 
-def _spec(cwd: Path, log_dir: Path, maps: Sequence[str]) -> Path:
+def _spec(cwd: Path, log_dir: Path, maps: Sequence[str], instance: str) -> Path:
     lay = layers(cwd)
-    lay.mkdir(exist_ok=True)
+    (lay / instance).mkdir(parents=True, exist_ok=True)
     overlays = []
     for target in [t for t in PRIVATE if os.path.isdir(t)] + list(maps):
-        layer = _layer(cwd, target)
+        layer = _layer(cwd, target, instance)
         for part in ("upper", "work"):
             (layer / part).mkdir(parents=True, exist_ok=True)
         link = layer / "upper" / os.path.relpath(JOB_TMPDIR, "/tmp")
@@ -92,7 +92,7 @@ def _spec(cwd: Path, log_dir: Path, maps: Sequence[str]) -> Path:
 
     inputs = [{"target": str(cwd / rel), "source": real} for rel, real in sandbox.bound_inputs(cwd).items()]
     spec = {"cwd": str(cwd), "writable": [str(cwd), str(lay), str(log_dir)], "maps": overlays, "inputs": inputs}
-    path = lay / "confine.json"
+    path = lay / instance / "confine.json"
     path.write_text(json.dumps(spec, indent=2) + "\n")
     return path
 
@@ -101,12 +101,16 @@ def _prefix(spec: Path) -> List[str]:
     return [sys.executable, "-I", "-S", str(HELPER), str(spec), "--"]
 
 
-def command(argv: List[str], cwd: Path, log_dir: Path, maps: Sequence[str]) -> Tuple[List[str], Dict[str, str]]:
-    """The command line and environment that run ``argv`` confined to ``cwd`` (plus ``log_dir`` and ``maps``)."""
+def command(argv: List[str], cwd: Path, log_dir: Path, maps: Sequence[str],
+            instance: str = "") -> Tuple[List[str], Dict[str, str]]:
+    """The command line and environment that run ``argv`` confined to ``cwd`` (plus ``log_dir`` and ``maps``).
+
+    Runs of one ``instance`` share their private layers (``/tmp``, mapped folders): a faulted run and its
+    resume do; the nodes of a multi-node job, which run at once in one sandbox, each have their own."""
     tmp = cwd / TMP
     tmp.mkdir(parents=True, exist_ok=True)
     if available():
-        spec = _spec(cwd, log_dir, maps)
+        spec = _spec(cwd, log_dir, maps, instance)
         return [*_prefix(spec), *argv], {"TMPDIR": JOB_TMPDIR if os.path.isdir("/tmp") else str(tmp)}
     roots = [str(cwd), str(log_dir)]
     return argv, {"TMPDIR": str(tmp), protocol.ENV_WRITE_ROOTS: os.pathsep.join(roots)}
@@ -228,7 +232,8 @@ def maps(workdir: Path, given: Sequence[Path], results: Path) -> List[str]:
 def remove(cwd: Path) -> None:
     """Remove the layers of sandbox ``cwd`` (or of the sandboxes in folder ``cwd``); overlayfs leaves its work
     folders mode 000, which only root could enter to remove."""
-    for inner in [*layers(cwd).glob("*/work/work"), *cwd.glob("*.layers/*/work/work")]:
+    for inner in [*layers(cwd).glob("*/work/work"), *layers(cwd).glob("*/*/work/work"),
+                  *cwd.glob("*.layers/*/work/work"), *cwd.glob("*.layers/*/*/work/work")]:
         try:
             inner.chmod(0o700)
         except OSError:

@@ -55,6 +55,8 @@ class RunSpec:
     """Called with the events folder and the seconds elapsed while the job runs (a progress line)."""
     maps: List[str] = field(default_factory=list)
     """Folders outside ``cwd`` the job may write through overlays kept in the sandbox (see ``confinement``)."""
+    layers: str = ""
+    """Whose private layers (``/tmp``, mapped folders) the run uses: one node's of a multi-node job, or the trial's."""
 
 
 @dataclass
@@ -234,7 +236,7 @@ def spawn(spec: RunSpec, events_dir: Path, mark: str) -> Tuple[subprocess.Popen,
     """Start the job's tree confined to its sandbox (see ``confinement``), in a session of its own, killed
     with this process, its output capped into ``stdout.log`` and ``stderr.log``: the process and both logs."""
     env = job_env(spec, events_dir, mark)
-    argv, confined_env = confinement.command(spec.argv, spec.cwd, spec.log_dir, spec.maps)
+    argv, confined_env = confinement.command(spec.argv, spec.cwd, spec.log_dir, spec.maps, spec.layers)
     env.update({k: v for k, v in confined_env.items() if k not in spec.env})
     out, out_log = logcap.pipe_into(spec.log_dir / "stdout.log")
     err, err_log = logcap.pipe_into(spec.log_dir / "stderr.log")

@@ -39,7 +39,7 @@ class NodeRun:
         self.node = node
         self.spec = RunSpec(start["name"], start["argv"], Path(start["cwd"]), Path(start["log_dir"]),
                             float(start["timeout_s"]), start.get("fault"), start.get("env") or {},
-                            stop=start.get("stop"), maps=start.get("maps") or [])
+                            stop=start.get("stop"), maps=start.get("maps") or [], layers=f"node{self.node}")
         self.roots: List[str] = start.get("roots") or []
         self.events_dir = self.spec.log_dir / "events"
         self.events_dir.mkdir(parents=True, exist_ok=True)
