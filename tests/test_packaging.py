@@ -74,6 +74,8 @@ def test_the_declared_setuptools_floor_builds_the_sdist_and_from_it_the_wheel_wi
         meta = email.message_from_bytes(whl.read(meta_name))
     assert {"chaosckpt/py.typed", "chaosckpt/conductor/schemas/suite.schema.json", "chaosckpt/conductor/reports/templates/report.html.j2",
             "chaosckpt/scenarios/enospc.toml", "chaosckpt/agent/boot/sitecustomize.py"} <= files
+    modules = {str(p.relative_to(REPO)) for p in (REPO / "chaosckpt").rglob("*.py")}
+    assert modules - files == set(), "modules the wheel leaves out: add their package to pyproject.toml"
     assert meta["License-Expression"] == "MIT" and meta["License-File"] == "LICENSE"
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in files)
 
