@@ -39,6 +39,9 @@ class TrialOptions:
     """Shows each run's progress on a terminal; None keeps quiet."""
     maps: List[Path] = field(default_factory=list)
     """Folders outside ``workdir`` the job writes into, overlaid so the writes land in the sandbox (``--map``)."""
+    prefix: Optional[Path] = None
+    """A suite's shared faulted run of the trial's save (``shared``): the crash state is rebuilt from its
+    journal instead of running the job up to the fault again."""
 
 
 class Stop(Exception):
