@@ -157,24 +157,26 @@ def _cut(fault: dict, ends: List[int]) -> Tuple[int, int]:
 
 
 def _crash_state(initial: crash.Disk, ops: List[dict], target: Save, at: int) -> Optional[Tuple[List[crash.Entry], set]]:
-    """What a SIGKILL leaves once the save's file holds ``at`` bytes: every operation before the write that
-    goes past them, that file cut at ``at``; and the numbers of the operations that happened. None when the
-    journal never saw the save's file written past ``at``."""
+    """What a SIGKILL leaves once the save has written ``at`` bytes into its file (opened by the save for a
+    path, before it for a file object): every operation before the write that goes past them, the file cut
+    there; and the numbers of the operations that happened. None when the journal never saw that write."""
     final = initial.fork()
     for op in ops:
         final.apply(op)
     disk = initial.fork()
-    applied = set()
-    ino = None
+    applied: set = set()
+    ino: Optional[crash.Ino] = None
+    start: Optional[int] = None
     for op in ops:
-        if op["n"] > (target.op or 0) and op["op"] == "open" and op["path"] == target.path and ino is None:
-            ino = tuple(op["ino"])
-        if ino is not None and op["op"] == "write" and tuple(op["ino"]) == ino and op["off"] + op["len"] > at:
-            break
+        key = (int(op["ino"][0]), int(op["ino"][1])) if "ino" in op else None
+        if op["op"] == "open" and op["path"] == target.path:
+            ino = key
+        if op["op"] == "write" and ino is not None and key == ino and op["n"] > (target.op or 0):
+            start = op["off"] if start is None else start  # the save's first write: where its bytes begin
+            if op["off"] + op["len"] > start + at:
+                disk.inodes[ino].size = start + at
+                return disk.after_crash("none", final=final), applied
         disk.apply(op)
         applied.add(op["n"])
-    else:
-        return None
-    key = (int(ino[0]), int(ino[1]))
-    disk.inodes[key].size = max(disk.inodes[key].size, at)
-    return disk.after_crash("none", final=final), applied
+    return None
+
