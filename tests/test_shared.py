@@ -3,6 +3,7 @@ disk holds, and which trials may share (the end-to-end proof is tests/test_e2e_s
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -71,3 +72,17 @@ def test_a_save_whose_file_the_journal_never_saw_written_is_not_rebuilt(tmp_path
 ])
 def test_only_single_process_kills_at_a_numbered_save_share(name, params, nproc, save):
     assert shared.shareable(scenario.load(name, params), nproc) == save
+
+
+def test_a_disk_read_back_from_json_replays_a_journal_as_the_one_scanned(tmp_path):
+    root = tmp_path / "ckpt"
+    (root / "old").mkdir(parents=True)
+    (root / "old" / "last.pt").write_bytes(b"x" * 40)
+    scanned = crash.Disk.scan([str(root)])
+    ops, target, tmp, last = journal(str(root))
+    back = crash.Disk.from_dict(json.loads(json.dumps(scanned.to_dict())))
+
+    assert back.to_dict() == scanned.to_dict()
+    rebuilt = shared._crash_state(back, ops, target, 120)[0]
+    assert [e.key() for e in rebuilt] == [e.key() for e in shared._crash_state(scanned, ops, target, 120)[0]]
+    assert {e.path: e.length for e in rebuilt} == {str(root / "old" / "last.pt"): 40, tmp: 120}

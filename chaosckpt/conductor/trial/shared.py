@@ -13,7 +13,6 @@ import bisect
 import dataclasses
 import json
 import os
-import pickle
 import shutil
 import sys
 from pathlib import Path
@@ -32,7 +31,7 @@ from chaosckpt.conductor.trial.reference import reference
 
 RECORD = "prefix.json"
 """In the prefix's folder once its run is in: the run's record, its sandbox and checkpoint directories."""
-DISK = "disk.pickle"
+DISK = "disk.json"
 """The checkpoint directories as the journal started them (``crash.Disk``), inode numbers included."""
 
 
@@ -78,7 +77,7 @@ def run_prefix(ctx: Context) -> None:
     result = ctx.launch("faulted", ctx.opts.command, work, fault, stop=run_stop(ctx))
     if not result.fault_fired:
         raise Stop("fault-not-triggered", f"the shared run ended without completing save {save}")
-    atomic.write_bytes(ctx.opts.results_dir / DISK, pickle.dumps(disk))
+    atomic.write_text(ctx.opts.results_dir / DISK, json.dumps(disk.to_dict()))
     record = dataclasses.asdict(ctx.trial.runs[-1])
     atomic.write_text(ctx.opts.results_dir / RECORD,
                       json.dumps({"work": str(work), "roots": roots, "save": save, "run": record}, indent=2) + "\n")
@@ -89,8 +88,7 @@ def rebuild(ctx: Context, armed: Armed, prefix: Path) -> Optional[Faulted]:
     this trial's sandbox, and the run's events cut at that point. None when the journal cannot say it (the
     save's file was not journaled): the trial then runs its own faulted run."""
     stored = json.loads((prefix / RECORD).read_text())
-    with open(prefix / DISK, "rb") as f:
-        initial: crash.Disk = pickle.load(f)
+    initial = crash.Disk.from_dict(json.loads((prefix / DISK).read_text()))
     record = RunRecord(**stored["run"])
     log = RunLog.read(Path(record.events))
     proc, step = score.fault_point(log)
