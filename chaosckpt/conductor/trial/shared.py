@@ -21,10 +21,10 @@ from typing import Callable, List, Optional, Tuple
 from chaosckpt.conductor import arming, atomic, confinement, crash, sandbox, score
 from chaosckpt.conductor.result import RunRecord, Trial
 from chaosckpt.conductor.runlog import ProcessLog, RunLog, Save
+from chaosckpt.conductor.scenario import Scenario
 from chaosckpt.conductor.trial.arm import Armed
 from chaosckpt.conductor.trial.context import Context, rel
 from chaosckpt.conductor.trial.faulted import Faulted, files_after_fault
-from chaosckpt.conductor.scenario import Scenario
 from chaosckpt.conductor.trial.options import Stop, TrialOptions
 from chaosckpt.conductor.trial.plan import place, run_stop
 from chaosckpt.conductor.trial.reference import reference
@@ -73,7 +73,7 @@ def run_prefix(ctx: Context) -> None:
         raise Stop("fault-not-triggered", f"the uninterrupted run did not complete save {save}")
     disk = crash.Disk.scan(roots)
     fault = {"kind": "halt", "save": save, "rank": saver.rank, "after_save": True, "write_ends": True,
-             "track": arming.arm(ctx.scenario, ref_log, roots)["track"]}
+             "track": arming.tracked(roots)}
     result = ctx.launch("faulted", ctx.opts.command, work, fault, stop=run_stop(ctx))
     if not result.fault_fired:
         raise Stop("fault-not-triggered", f"the shared run ended without completing save {save}")
