@@ -98,8 +98,8 @@ def rebuild(ctx: Context, armed: Armed, prefix: Path) -> Optional[Faulted]:
     target = saves[0]
     if target.path is None:
         return None
-    at, write = _cut(armed.fault, saves[0].ends)
-    state = _crash_state(initial, log.ops(), target, at)
+    at, write = _cut(armed.fault, target.ends)
+    state = _crash_state(initial, log.ops(), target, at) if write <= len(target.ends or []) else None
     if state is None:
         return None
     entries, applied = state
