@@ -93,13 +93,12 @@ def rebuild(ctx: Context, armed: Armed, prefix: Path) -> Optional[Faulted]:
     log = RunLog.read(Path(record.events))
     proc, step = score.fault_point(log)
     saves = [s for s in proc.saves if s.index == stored["save"]] if proc is not None else []
-    if proc is None or not saves or not saves[0].ends:
+    ends = saves[0].ends if saves else None
+    if proc is None or not ends or saves[0].path is None:
         return None
     target = saves[0]
-    if target.path is None:
-        return None
-    at, write = _cut(armed.fault, target.ends)
-    state = _crash_state(initial, log.ops(), target, at) if write <= len(target.ends or []) else None
+    at, write = _cut(armed.fault, ends)
+    state = _crash_state(initial, log.ops(), target, at) if write <= len(ends) else None
     if state is None:
         return None
     entries, applied = state
@@ -121,7 +120,7 @@ def rebuild(ctx: Context, armed: Armed, prefix: Path) -> Optional[Faulted]:
     run = Faulted(None, RunLog([cut]), cut, step, [s for s in cut.saves[:-1] if s.ok])
     ctx.trial.last_good_step = run.last_good
     ctx.trial.fault = {"kind": "halt", "save": target.index, "step": step, "write": write, "bytes": at,
-                       "path": rel(moved(target.path), armed.work), "files": files_after_fault(ctx, cut, armed.work),
+                       "path": rel(cut.saves[-1].path, armed.work), "files": files_after_fault(ctx, cut, armed.work),
                        "shared": str(prefix)}
     return run
 
