@@ -36,7 +36,8 @@ and ``pid``. The event types and their own fields:
                 ``content`` (findings about the saved object: view bloat, RNG
                 states missing for streams the loop draws from, no step).
 ``save-end``    the save returned or raised. ``save``, ``ok``, ``bytes``,
-                ``writes``, ``error`` (one line, or null).
+                ``writes``, ``error`` (one line, or null); ``ends`` (where each
+                write ended, in bytes) when the fault spec asks for them.
 ``load``        ``torch.load`` returned or raised. ``path`` (or null), ``ok``,
                 ``error`` (one line, or null), ``keys`` (top-level keys of a dict).
 ``restore``     state was put back into the job. ``what`` ("module", "optimizer",

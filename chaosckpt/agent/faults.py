@@ -59,6 +59,9 @@ class ArmedFault:
     after_load: bool = False
     rank: Optional[int] = None
     track: Optional[List[str]] = None
+    write_ends: bool = False
+    """Report where each write of the save ended (``save-end``'s ``ends``): a suite rebuilds kills at any byte
+    or write of it from one shared run."""
 
     @classmethod
     def from_json(cls, spec: dict) -> "ArmedFault":

@@ -31,6 +31,7 @@ class CountingWriter:
         self._fault = fault if fault is not None and fault.save == save and fault.kind in ("halt", "enospc") else None
         self.writes = 0
         self.bytes = 0
+        self.ends: Optional[list] = [] if fault is not None and fault.save == save and fault.write_ends else None
 
     def write(self, data: Any) -> int:
         view = data if isinstance(data, memoryview) else memoryview(data)
@@ -44,6 +45,8 @@ class CountingWriter:
         self._raw.write(view)
         self.writes += 1
         self.bytes += size
+        if self.ends is not None:
+            self.ends.append(self.bytes)
         return size
 
     def _fire(self, head: memoryview) -> None:

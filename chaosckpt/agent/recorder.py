@@ -261,10 +261,13 @@ class Recorder:
             raise
         finally:
             writer = save.writer
-            self.save_end(save.index, writer.bytes if writer else 0, writer.writes if writer else 0, error)
+            self.save_end(save.index, writer.bytes if writer else 0, writer.writes if writer else 0, error,
+                          writer.ends if writer else None)
 
-    def save_end(self, save: int, nbytes: int, writes: int, error: Optional[BaseException]) -> None:
+    def save_end(self, save: int, nbytes: int, writes: int, error: Optional[BaseException],
+                 ends: Optional[list] = None) -> None:
         self.saving = False
+        extra = {} if ends is None else {"ends": ends}
         self.emit(
             "save-end",
             save=save,
@@ -272,6 +275,7 @@ class Recorder:
             bytes=nbytes,
             writes=writes,
             error=None if error is None else _one_line(error),
+            **extra,
         )
         if self.horizon is not None:
             self.horizon.saved(save, self.step, self._save_began)

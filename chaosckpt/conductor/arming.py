@@ -55,7 +55,7 @@ def arm(scenario: Scenario, reference: RunLog, track: Optional[List[str]], sweep
     target = saves[trigger.save - 1]
     fault: Dict = {"kind": AGENT_KIND[scenario.fault], "save": trigger.save, "rank": saver.rank}
     if track is not None:
-        fault["track"] = [*track, tempfile.gettempdir()]
+        fault["track"] = tracked(track)
     if sweep or scenario.fault == "eval-left-on" or scenario.fault == "power-loss" and trigger.op is None:
         fault["after_save"] = True
     elif scenario.fault == "power-loss":
@@ -70,6 +70,11 @@ def arm(scenario: Scenario, reference: RunLog, track: Optional[List[str]], sweep
     else:
         fault["at_byte"] = min(int(target.bytes * trigger.fraction), max(target.bytes - 1, 0))
     return fault
+
+
+def tracked(roots: List[str]) -> List[str]:
+    """The directories the journal watches: the checkpoint directories and the temporary one."""
+    return [*roots, tempfile.gettempdir()]
 
 
 def full_bytes(reference: RunLog, save: int) -> int:

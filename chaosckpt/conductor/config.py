@@ -59,6 +59,8 @@ class SuiteConfig:
     """Folders outside ``workdir`` the job writes into (``--map``), from the file's folder."""
     exclude: Tuple[Path, ...] = ()
     """Paths left out of the sandbox (``--exclude``), relative to ``workdir``."""
+    share: bool = True
+    """Kills inside the same save share one journaled faulted run (``trial.shared``); false runs each alone."""
     source: Optional[str] = None
 
     def merged(self, **cli: Any) -> "SuiteConfig":
@@ -118,6 +120,11 @@ def _paths(key: str, value: Any) -> None:
         raise UsageError(f"{key} must be a list of paths (strings), got {shown(value)}")
 
 
+def _flag(key: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise UsageError(f"{key} must be true or false, got {value!r}")
+
+
 def _entries(key: str, value: Any) -> None:
     if not isinstance(value, tuple) or not all(isinstance(v, ScenarioEntry) for v in value):
         raise UsageError(f"{key} must be a list of scenarios")
@@ -139,6 +146,7 @@ _CHECKS: Dict[str, Callable[[str, Any], None]] = {
     "horizon": _horizon,
     "map": _paths,
     "exclude": _paths,
+    "share": _flag,
 }
 KEYS = tuple(k for k in _CHECKS)
 """The keys a configuration file may hold; ``source`` is chaosckpt's own."""

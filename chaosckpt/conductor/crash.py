@@ -188,6 +188,32 @@ class Disk:
     def fork(self) -> "Disk":
         return copy.deepcopy(self)
 
+    def to_dict(self) -> Dict[str, object]:
+        """The disk for ``json.dumps`` (inode numbers become lists): a suite keeps the start of a shared run's
+        journal this way."""
+        return {
+            "roots": self.roots,
+            "ops_applied": self.ops_applied,
+            "dirs": sorted(self.dirs),
+            "names": dict(self.names),
+            "inodes": [[list(k), i.version, i.size, list(i.durable) if i.durable else None, i.location,
+                        [[v, p] for v, p in i.kept.items()]] for k, i in self.inodes.items()],
+            "durable_names": self.durable_names,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Dict) -> "Disk":
+        disk = cls(data["roots"])
+        disk.ops_applied = data["ops_applied"]
+        disk.dirs = set(data["dirs"])
+        disk.names = {p: (k[0], k[1]) for p, k in data["names"].items()}
+        for key, version, size, durable, location, kept in data["inodes"]:
+            disk.inodes[(key[0], key[1])] = Inode(version, size, (durable[0], durable[1]) if durable else None, location,
+                                                   {v: p for v, p in kept})
+        disk.durable_names = {d: {p: v if v == "dir" else (v[0], v[1]) for p, v in listing.items()}
+                              for d, listing in data["durable_names"].items()}
+        return disk
+
 
 def materialize(entries: List[Entry], roots: Iterable[str], target_of=lambda p: p) -> None:
     """Rewrite the roots to hold exactly ``entries`` (each at ``target_of(path)``)."""

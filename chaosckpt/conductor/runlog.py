@@ -26,6 +26,8 @@ class Save:
     bytes: int = 0
     writes: int = 0
     error: Optional[str] = None
+    ends: Optional[List[int]] = None
+    """Where each write of the save ended, in bytes from its start, when the fault asked for them."""
 
 
 @dataclass
@@ -73,6 +75,7 @@ def _process(events: List[Event]) -> ProcessLog:
         elif kind == "save-end" and e["save"] in by_index:
             save = by_index[e["save"]]
             save.ok, save.bytes, save.writes, save.error = e["ok"], e["bytes"], e["writes"], e.get("error")
+            save.ends = e.get("ends")
         elif kind == "load":
             log.loads.append(e)
         elif kind == "restore":

@@ -6,6 +6,8 @@ A suite folder holds everything needed to continue it or to render its reports:
     reference/         the reference run every trial reuses (from the cache, or run here)
     trials/<id>/       spec.json (what its worker runs), result.json (its verdict, written atomically),
                        worker.log, and the trial's own runs
+    prefixes/save-<k>/ the faulted run shared by the trials that kill the job inside save k (``trial.shared``):
+                       its journal, its halted sandbox (removed when those trials are done) and prefix.json
     result.json        all verdicts in one document, as ``chaosckpt run --json`` prints them
 
 Each trial runs in a worker process (``python -m chaosckpt.conductor.suite SPEC``), so that Ctrl-C
@@ -33,7 +35,8 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Set
 
 from chaosckpt import __version__
-from chaosckpt.conductor import atomic, cache, diskspace, horizon, launcher, leftovers, scenario as scenarios, signals
+from chaosckpt.conductor import (atomic, cache, diskspace, horizon, launcher, leftovers, sandbox, scenario as scenarios,
+                                 signals)
 from chaosckpt.conductor.errors import ExitCode, exit_code
 from chaosckpt.conductor.result import document
 from chaosckpt.conductor.runlog import RunLog
@@ -84,6 +87,8 @@ class Plan:
     """Folders outside ``workdir`` overlaid for the job's writes (see ``confinement``)."""
     exclude: List[str] = field(default_factory=list)
     """Paths under ``workdir`` left out of the sandboxes."""
+    share: bool = True
+    """Trials that kill the job inside the same save share one faulted run (``trial.shared``)."""
     format: int = FORMAT
     chaosckpt: str = __version__
 
@@ -213,8 +218,10 @@ class Suite:
     def pending(self) -> List[PlannedTrial]:
         return [t for t in self.plan.trials if self.stored(t) is None]
 
-    def _spec(self, trial: PlannedTrial) -> Path:
-        folder = self.trial_dir(trial)
+    def _spec(self, trial: PlannedTrial, folder: Optional[Path] = None, prefix: Optional[Path] = None) -> Path:
+        """The worker's spec in a fresh ``folder`` (the trial's); with ``prefix``, the shared faulted run it rebuilds
+        its fault from, or the folder where that run is made when ``folder`` is ``prefix``."""
+        folder = folder or self.trial_dir(trial)
         if folder.exists():
             shutil.rmtree(folder)  # what an interrupted worker left: redo it from the start
         folder.mkdir(parents=True)
@@ -228,26 +235,62 @@ class Suite:
             "timeout": self.plan.timeout,
             "tolerance": self.plan.tolerance,
             "nproc": self.plan.nproc,
-            "keep_sandbox": self.keep_sandbox,
+            "keep_sandbox": self.keep_sandbox or folder == prefix,
             "reference": str(self.folder / "reference"),
             "horizon": self.plan.horizon,
             "exclude": [self.plan.results, *self.plan.exclude],
             "maps": self.plan.maps,
+            "prefix": None if prefix is None else str(prefix),
         }
         path = folder / "spec.json"
         atomic.write_text(path, json.dumps(spec, indent=2) + "\n")
         return path
 
+    def shared_groups(self, trials: List[PlannedTrial]) -> Dict[Path, List[PlannedTrial]]:
+        """The trials that share a faulted run, under the folder of that run: two or more kills inside one save."""
+        from chaosckpt.conductor.trial import shared
+
+        groups: Dict[Path, List[PlannedTrial]] = {}
+        if not self.plan.share:
+            return groups
+        for trial in trials:
+            save = shared.shareable(scenarios.load(trial.scenario, trial.params), self.plan.nproc)
+            if save is not None:
+                groups.setdefault(self.folder / "prefixes" / f"save-{save}", []).append(trial)
+        return {folder: group for folder, group in groups.items() if len(group) > 1}
+
+    def _prefixes(self, groups: Dict[Path, List[PlannedTrial]]) -> Dict[str, Path]:
+        """Make each group's shared faulted run (``jobs`` at a time) unless a resumed suite has it; trial id ->
+        the run's folder. A group whose run failed is left out: its trials run their own."""
+        from chaosckpt.conductor.trial import shared
+
+        todo = [(folder, group[0]) for folder, group in groups.items() if not (folder / shared.RECORD).is_file()]
+        running: List[subprocess.Popen] = []
+        try:
+            while todo or running:
+                while todo and len(running) < self.jobs:
+                    folder, trial = todo.pop(0)
+                    running.append(self._worker(self._spec(trial, folder, prefix=folder)))
+                running = [p for p in running if p.poll() is None]
+                time.sleep(POLL_S)
+        except KeyboardInterrupt:
+            _stop(running)
+            raise
+        return {t.id: folder for folder, group in groups.items() if (folder / shared.RECORD).is_file() for t in group}
+
     def run(self, on_done: Callable[[Finished], None]) -> List[Finished]:
         """Run every pending trial, ``jobs`` at a time; on Ctrl-C stop the workers and re-raise."""
         queue = [t for t in self.pending() if self.selected is None or t.id in self.selected]
+        groups = self.shared_groups(queue)
+        prefixes = self._prefixes(groups)
         running: Dict[subprocess.Popen, tuple] = {}
         done: List[Finished] = []
         try:
             while queue or running:
                 while queue and len(running) < self.jobs:
                     trial = queue.pop(0)
-                    running[self._start(trial)] = (trial, self.trial_dir(trial) / "worker.log")
+                    running[self._worker(self._spec(trial, prefix=prefixes.get(trial.id)))] = (
+                        trial, self.trial_dir(trial) / "worker.log")
                 for proc in [p for p in running if p.poll() is not None]:
                     trial, log = running.pop(proc)
                     finished = Finished(trial, self.stored(trial), proc.returncode, log)
@@ -257,10 +300,13 @@ class Suite:
         except KeyboardInterrupt:
             _stop(list(running))
             raise
+        if not self.keep_sandbox:
+            for folder, group in groups.items():
+                if all(self.stored(t) is not None for t in group):
+                    sandbox.remove(folder / "sandboxes")
         return done
 
-    def _start(self, trial: PlannedTrial) -> subprocess.Popen:
-        spec = self._spec(trial)
+    def _worker(self, spec: Path) -> subprocess.Popen:
         with open(spec.parent / "worker.log", "wb") as log:
             return subprocess.Popen(
                 [sys.executable, "-m", "chaosckpt.conductor.suite", str(spec)],
@@ -308,8 +354,9 @@ def _stop(procs: List[subprocess.Popen]) -> None:
 
 
 def worker(spec_path: Path) -> int:
-    """One trial, as a suite's worker runs it: ``result.json`` is written atomically when the verdict is in."""
-    from chaosckpt.conductor.trial import TrialOptions, run_trial
+    """One trial, as a suite's worker runs it: ``result.json`` is written atomically when the verdict is in; or,
+    where the spec's ``prefix`` is its own folder, the faulted run a group of trials shares."""
+    from chaosckpt.conductor.trial import TrialOptions, run_trial, shared
 
     spec = json.loads(spec_path.read_text())
     scen = scenarios.load(spec["scenario"], spec["params"])
@@ -318,7 +365,10 @@ def worker(spec_path: Path) -> int:
         spec["timeout"], spec["tolerance"], spec["keep_sandbox"], reference=Path(spec["reference"]),
         exclude=[Path(p) for p in spec["exclude"]], horizon=spec.get("horizon", horizon.DEFAULT),
         maps=[Path(p) for p in spec.get("maps", [])],
+        prefix=Path(spec["prefix"]) if spec.get("prefix") else None,
     )
+    if opts.prefix == opts.results_dir:
+        return shared.make_prefix(scen, opts)
     trial = run_trial(scen, opts)
     atomic.write_text(opts.results_dir / "result.json", json.dumps(document([trial]), indent=2) + "\n")
     return int(exit_code([trial.status]))

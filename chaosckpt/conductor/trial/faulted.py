@@ -21,7 +21,8 @@ from chaosckpt.conductor.trial.plan import run_stop
 class Faulted:
     """The faulted run and the point of its fault."""
 
-    result: RunResult
+    result: Optional[RunResult]
+    """None when the run was rebuilt from a suite's shared one (``shared``): a kill that never carried on."""
     log: RunLog
     proc: ProcessLog
     """The process the fault fired in."""
@@ -37,7 +38,7 @@ class Faulted:
     @property
     def carried_on(self) -> bool:
         """The job caught the fault and went on: to its end, or to its horizon."""
-        return not self.result.fault_fired and (self.result.returncode == 0 or self.result.stopped)
+        return self.result is not None and not self.result.fault_fired and (self.result.returncode == 0 or self.result.stopped)
 
 
 def faulted(ctx: Context, armed: Armed, reference: RunLog) -> Faulted:

@@ -42,6 +42,9 @@ class TrialOptions:
     """Folders outside ``workdir`` the job writes into, overlaid so the writes land in the sandbox (``--map``)."""
     cluster: Optional[Cluster] = None
     """The machines a multi-node job runs on (``--nnodes``); None: this machine alone."""
+    prefix: Optional[Path] = None
+    """A suite's shared faulted run of the trial's save (``shared``): the crash state is rebuilt from its
+    journal instead of running the job up to the fault again."""
 
 
 class Stop(Exception):

@@ -12,6 +12,7 @@ from chaosckpt.conductor.trial.arm import arm
 from chaosckpt.conductor.trial.context import Context
 from chaosckpt.conductor.trial.crashpoints import sweep_save
 from chaosckpt.conductor.trial.faulted import faulted
+from chaosckpt.conductor.trial import shared
 from chaosckpt.conductor.trial.options import Stop, TrialOptions
 from chaosckpt.conductor.trial.plan import place
 from chaosckpt.conductor.trial.reference import reference
@@ -63,7 +64,8 @@ class TrialRunner:
         self.trial.findings.extend(score.loss_findings(ref))
         place(ctx, ref_log)
         armed = arm(ctx, ref_log)
-        run = faulted(ctx, armed, ref_log)
+        run = shared.rebuild(ctx, armed, self.opts.prefix) if self.opts.prefix is not None else None
+        run = run or faulted(ctx, armed, ref_log)
         if self.opts.sweep:
             sweep_save(ctx, ref, armed, run)
             return

@@ -1,0 +1,179 @@
+"""A faulted run shared by the trials of a suite that kill the job inside the same save.
+
+``run_prefix`` runs the job once with the journal on and halts it right after save ``k`` returns; the
+journal and the write boundaries the agent reports for that save say what a SIGKILL at any byte or
+write of it leaves on disk (a process crash keeps every byte written, the ``none`` model). ``rebuild``
+is the faulted step of a trial that uses it: the trial's sandbox gets the prefix's files with the
+checkpoint directories rewritten to that crash state, and the trial goes on to its own resume.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Callable, List, Optional, Tuple
+
+from chaosckpt.conductor import arming, atomic, confinement, crash, sandbox, score
+from chaosckpt.conductor.result import RunRecord, Trial
+from chaosckpt.conductor.runlog import ProcessLog, RunLog, Save
+from chaosckpt.conductor.scenario import Scenario
+from chaosckpt.conductor.trial.arm import Armed
+from chaosckpt.conductor.trial.context import Context, rel
+from chaosckpt.conductor.trial.faulted import Faulted, files_after_fault
+from chaosckpt.conductor.trial.options import Stop, TrialOptions
+from chaosckpt.conductor.trial.plan import place, run_stop
+from chaosckpt.conductor.trial.reference import reference
+
+RECORD = "prefix.json"
+"""In the prefix's folder once its run is in: the run's record, its sandbox and checkpoint directories."""
+DISK = "disk.json"
+"""The checkpoint directories as the journal started them (``crash.Disk``), inode numbers included."""
+
+
+def shareable(scenario: Scenario, nproc: int) -> Optional[int]:
+    """The save a trial kills the job inside, when its faulted run can be rebuilt from a shared one: a
+    single-process SIGKILL at a byte fraction or a write of a save named by its number; None otherwise."""
+    trigger = scenario.trigger
+    if scenario.fault != "kill" or nproc != 1 or trigger.free_bytes is not None:
+        return None
+    if any(getattr(trigger, key, None) is not None for key in ("step", "after")) or trigger.save < 1:
+        return None
+    return trigger.save
+
+
+def make_prefix(scenario: Scenario, opts: TrialOptions) -> int:
+    """A suite worker's shared run, in ``opts.results_dir``; 0 when it is ready for the trials, else 1 (the
+    trials then run their own faulted runs)."""
+    trial = Trial(scenario=scenario.name, status="inconclusive", headline="", params=scenario.params(),
+                  tolerance=opts.tolerance, horizon=opts.horizon, results_dir=str(opts.results_dir))
+    try:
+        run_prefix(Context(scenario, opts, trial))
+    except Stop as stop:
+        print(f"chaosckpt: no shared faulted run: {stop.detail}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def run_prefix(ctx: Context) -> None:
+    """The shared run: the job journaled up to the end of save ``k``, halted there, its sandbox kept."""
+    ref_log = reference(ctx)
+    place(ctx, ref_log)
+    save = ctx.scenario.trigger.save
+    work = ctx.sandbox("faulted")
+    ckpt_dirs = arming.checkpoint_dirs(ref_log, ctx.opts.ckpt_dirs)
+    roots = [str((work / d).resolve()) for d in ckpt_dirs]
+    confinement.require_inside(roots, work)
+    saver = ref_log.saver()
+    if saver is None or len(saver.completed_saves()) < save:
+        raise Stop("fault-not-triggered", f"the uninterrupted run did not complete save {save}")
+    disk = crash.Disk.scan(roots)
+    fault = {"kind": "halt", "save": save, "rank": saver.rank, "after_save": True, "write_ends": True,
+             "track": arming.tracked(roots)}
+    result = ctx.launch("faulted", ctx.opts.command, work, fault, stop=run_stop(ctx))
+    if not result.fault_fired:
+        raise Stop("fault-not-triggered", f"the shared run ended without completing save {save}")
+    atomic.write_text(ctx.opts.results_dir / DISK, json.dumps(disk.to_dict()))
+    record = dataclasses.asdict(ctx.trial.runs[-1])
+    atomic.write_text(ctx.opts.results_dir / RECORD,
+                      json.dumps({"work": str(work), "roots": roots, "save": save, "run": record}, indent=2) + "\n")
+
+
+def rebuild(ctx: Context, armed: Armed, prefix: Path) -> Optional[Faulted]:
+    """The faulted step from the shared run: the crash state of this trial's byte or write of the save, in
+    this trial's sandbox, and the run's events cut at that point. None when the journal cannot say it (the
+    save's file was not journaled): the trial then runs its own faulted run."""
+    stored = json.loads((prefix / RECORD).read_text())
+    initial = crash.Disk.from_dict(json.loads((prefix / DISK).read_text()))
+    record = RunRecord(**stored["run"])
+    log = RunLog.read(Path(record.events))
+    proc, step = score.fault_point(log)
+    saves = [s for s in proc.saves if s.index == stored["save"]] if proc is not None else []
+    ends = saves[0].ends if saves else None
+    if proc is None or not ends or saves[0].path is None:
+        return None
+    target = saves[0]
+    at, write = _cut(armed.fault, ends)
+    state = _crash_state(initial, log.ops(), target, at) if write <= len(ends) else None
+    if state is None:
+        return None
+    entries, applied = state
+    prefix_work = Path(stored["work"]).resolve()
+    shutil.rmtree(armed.work)
+    sandbox.create(prefix_work, armed.work)
+    layers = confinement.layers(prefix_work)
+    if layers.is_dir():  # what the job wrote into the folders overlaid for it (--map, caches)
+        shutil.rmtree(confinement.layers(armed.work), ignore_errors=True)
+        shutil.copytree(layers, confinement.layers(armed.work), symlinks=True, ignore=_specials)
+
+    def moved(path: str) -> str:
+        inside = path == str(prefix_work) or path.startswith(str(prefix_work) + os.sep)
+        return str(armed.work.resolve() / os.path.relpath(path, prefix_work)) if inside else path
+
+    crash.materialize(entries, stored["roots"], moved)
+    cut = _cut_at(proc, target, applied, write, at, moved)
+    ctx.trial.runs.append(record)
+    run = Faulted(None, RunLog([cut]), cut, step, [s for s in cut.saves[:-1] if s.ok])
+    ctx.trial.last_good_step = run.last_good
+    ctx.trial.fault = {"kind": "halt", "save": target.index, "step": step, "write": write, "bytes": at,
+                       "path": rel(cut.saves[-1].path, armed.work), "files": files_after_fault(ctx, cut, armed.work),
+                       "shared": str(prefix)}
+    return run
+
+
+def _cut_at(proc: ProcessLog, target: Save, applied: set, write: int, at: int,
+            moved: Callable[[str], str]) -> ProcessLog:
+    """The events of the shared run's process as a kill inside save ``target`` would have left them, with the
+    paths of the saved files ``moved`` into the trial's sandbox."""
+    saves = [dataclasses.replace(s, path=None if s.path is None else moved(s.path)) for s in proc.saves
+             if s.index <= target.index]
+    path = saves[-1].path
+    event = {"t": "fault", "fault": "halt", "save": target.index, "write": write, "bytes": at, "path": path,
+             "ts": target.ts, "pid": proc.pid}
+    saves[-1] = dataclasses.replace(saves[-1], ok=None, bytes=0, writes=0, ends=None)  # its save-end never came
+    return dataclasses.replace(proc, fault=event, saves=saves, ops=[op for op in proc.ops if op["n"] in applied],
+                               steps=[e for e in proc.steps if e["ts"] <= target.ts],
+                               passes=[e for e in proc.passes if e["ts"] <= target.ts], stopped=None)
+
+
+def _specials(directory: str, names: List[str]) -> List[str]:
+    return [n for n in names if sandbox.special(os.lstat(os.path.join(directory, n)).st_mode)]
+
+
+def _cut(fault: dict, ends: List[int]) -> Tuple[int, int]:
+    """Bytes of the save written when the agent would have fired, and the number of the write it fired in."""
+    if fault.get("at_write") is not None:
+        write = fault["at_write"]
+        return (ends[write - 2] if write > 1 else 0), write
+    at = fault["at_byte"]
+    return at, bisect.bisect_right(ends, at) + 1
+
+
+def _crash_state(initial: crash.Disk, ops: List[dict], target: Save, at: int) -> Optional[Tuple[List[crash.Entry], set]]:
+    """What a SIGKILL leaves once the save has written ``at`` bytes into its file (opened by the save for a
+    path, before it for a file object): every operation before the write that goes past them, the file cut
+    there; and the numbers of the operations that happened. None when the journal never saw that write."""
+    final = initial.fork()
+    for op in ops:
+        final.apply(op)
+    disk = initial.fork()
+    applied: set = set()
+    ino: Optional[crash.Ino] = None
+    start: Optional[int] = None
+    for op in ops:
+        key = (int(op["ino"][0]), int(op["ino"][1])) if "ino" in op else None
+        if op["op"] == "open" and op["path"] == target.path:
+            ino = key
+        if op["op"] == "write" and ino is not None and key == ino and op["n"] > (target.op or 0):
+            start = op["off"] if start is None else start  # the save's first write: where its bytes begin
+            if op["off"] + op["len"] > start + at:
+                disk.inodes[ino].size = start + at
+                return disk.after_crash("none", final=final), applied
+        disk.apply(op)
+        applied.add(op["n"])
+    return None
+

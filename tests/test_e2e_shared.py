@@ -1,0 +1,79 @@
+"""A suite's kills inside one save share one journaled faulted run: the verdicts are those of trials run
+alone, and the job runs up to the fault once."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+
+from conftest import REPO, run_chaosckpt
+
+pytestmark = pytest.mark.e2e
+
+KILLS = """
+command = "train.py --epochs 2"
+[[scenarios]]
+scenario = "kill9-mid-save"
+id = "early"
+params = { save = 2, fraction = 0.05 }
+[[scenarios]]
+scenario = "kill9-mid-save"
+id = "late"
+params = { save = 2, fraction = 0.9 }
+[[scenarios]]
+scenario = "kill9-mid-save"
+id = "second-write"
+params = { save = 2, write = 2 }
+"""
+
+
+def suite(tmp_path: Path, job: str, *flags: str) -> Path:
+    """Run the three kills of save 2 on ``job``; the suite's folder."""
+    project = tmp_path / "project"
+    if not project.exists():
+        project.mkdir()
+        shutil.copy(REPO / "examples" / job, project / "train.py")
+        (project / "chaosckpt.toml").write_text(KILLS)
+    res = run_chaosckpt(["suite", *flags], cwd=project)
+    assert res.returncode in (0, 1), res.stdout + res.stderr
+    return sorted((project / "chaosckpt-results").glob("*-suite*"))[-1]
+
+
+def verdicts(folder: Path) -> Dict[str, tuple]:
+    out = {}
+    for trial in json.loads((folder / "result.json").read_text())["trials"]:
+        fault = trial["fault"]
+        out[Path(trial["results_dir"]).name] = (
+            trial["status"], trial["outcome"], trial["recovered_step"], trial["lost_steps"], trial["last_good_step"],
+            trial["reproduced"], fault["save"], fault["step"], fault["bytes"], fault["write"], fault["path"],
+            fault["files"], trial["error"], trial["error_path"], sorted(f["kind"] for f in trial["findings"]))
+    return out
+
+
+def faulted_runs(folder: Path) -> List[str]:
+    """The events folder of every trial's faulted run."""
+    runs = []
+    for trial in json.loads((folder / "result.json").read_text())["trials"]:
+        runs += [r["events"] for r in trial["runs"] if r["name"] == "faulted"]
+    return runs
+
+
+@pytest.mark.parametrize("job, status", [("naive_train.py", "failed"), ("robust_train.py", "passed")])
+def test_kills_in_one_save_share_one_faulted_run_and_get_the_verdicts_of_trials_run_alone(tmp_path, job, status):
+    shared = suite(tmp_path, job)
+    alone = suite(tmp_path, job, "--no-share")
+
+    assert verdicts(shared) == verdicts(alone)
+    assert {v[0] for v in verdicts(shared).values()} == {status}
+    assert len({v[8] for v in verdicts(shared).values()}) == 3  # three different crash points
+    runs = faulted_runs(shared)
+    assert len(runs) == 3 and len(set(runs)) == 1
+    assert Path(runs[0]).is_relative_to(shared / "prefixes" / "save-2")
+    assert [p.name for p in (shared / "prefixes").iterdir()] == ["save-2"]
+    assert not (shared / "prefixes" / "save-2" / "sandboxes").exists()
+    assert not any((shared / "trials" / name / "faulted").exists() for name in verdicts(shared))
+    assert len(set(faulted_runs(alone))) == 3 and not (alone / "prefixes").exists()

@@ -1,0 +1,88 @@
+"""Rebuilding a kill inside a save from the journal of a shared run: which write it fires in, what the
+disk holds, and which trials may share (the end-to-end proof is tests/test_e2e_shared.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from chaosckpt.conductor import crash, scenario
+from chaosckpt.conductor.runlog import Save
+from chaosckpt.conductor.trial import shared
+
+
+def test_a_byte_fires_in_the_write_that_holds_it_and_a_write_number_starts_where_the_one_before_ended():
+    ends = [10, 30, 60]
+    assert shared._cut({"at_byte": 0}, ends) == (0, 1)
+    assert shared._cut({"at_byte": 10}, ends) == (10, 2)
+    assert shared._cut({"at_byte": 59}, ends) == (59, 3)
+    assert shared._cut({"at_write": 1}, ends) == (0, 1)
+    assert shared._cut({"at_write": 3}, ends) == (30, 3)
+
+
+def journal(root: str, header: int = 0):
+    """A save of 200 bytes in two writes to ``tmp.pt``, renamed over ``last.pt``; with ``header``, the job
+    opened the file and wrote that many bytes before the save began (a file object handed to torch.save)."""
+    tmp, last = os.path.join(root, "tmp.pt"), os.path.join(root, "last.pt")
+    ops = [{"n": 1, "op": "open", "path": tmp, "ino": [1, 7], "trunc": True, "created": True}]
+    if header:
+        ops.append({"n": 2, "op": "write", "path": tmp, "ino": [1, 7], "off": 0, "len": header})
+    first = len(ops)
+    ops += [
+        {"n": first + 1, "op": "write", "path": tmp, "ino": [1, 7], "off": header, "len": 100},
+        {"n": first + 2, "op": "write", "path": tmp, "ino": [1, 7], "off": header + 100, "len": 100},
+        {"n": first + 3, "op": "rename", "src": tmp, "dst": last, "ino": [1, 7]},
+    ]
+    target = Save(index=2, step=20, path=tmp, digest="", ts=0.0, op=first if header else 0)
+    return ops, target, tmp, last
+
+
+@pytest.mark.parametrize("header", [0, 10])
+def test_the_crash_state_holds_the_bytes_written_when_the_kill_came_under_the_name_they_had(tmp_path, header):
+    root = str(tmp_path)
+    ops, target, tmp, last = journal(root, header)
+    initial = crash.Disk([root])
+
+    entries, applied = shared._crash_state(initial, ops, target, 150)
+    assert [(e.path, e.source, e.length) for e in entries] == [(tmp, last, header + 150)]
+    assert applied == {op["n"] for op in ops[:-2]}
+
+    entries, applied = shared._crash_state(initial, ops, target, 0)
+    assert [(e.path, e.length) for e in entries] == [(tmp, header)]
+    assert applied == ({1, 2} if header else {1})
+
+
+def test_a_save_whose_file_the_journal_never_saw_written_is_not_rebuilt(tmp_path):
+    ops, target, _, _ = journal(str(tmp_path))
+    elsewhere = Save(index=2, step=20, path=str(tmp_path / "other.pt"), digest="", ts=0.0, op=0)
+    assert shared._crash_state(crash.Disk([str(tmp_path)]), ops, elsewhere, 50) is None
+
+
+@pytest.mark.parametrize("name, params, nproc, save", [
+    ("kill9-mid-save", {"save": 2, "fraction": 0.3}, 1, 2),
+    ("kill9-mid-save", {"save": 3, "write": 4}, 1, 3),
+    ("kill9-mid-save", {"save": 2}, 2, None),
+    ("kill9-mid-save", {"save": -1}, 1, None),
+    ("kill9-mid-save", {"step": 300}, 1, None),
+    ("enospc", {"save": 2}, 1, None),
+    ("power-loss", {"save": 2}, 1, None),
+    ("eval-left-on", {}, 1, None),
+])
+def test_only_single_process_kills_at_a_numbered_save_share(name, params, nproc, save):
+    assert shared.shareable(scenario.load(name, params), nproc) == save
+
+
+def test_a_disk_read_back_from_json_replays_a_journal_as_the_one_scanned(tmp_path):
+    root = tmp_path / "ckpt"
+    (root / "old").mkdir(parents=True)
+    (root / "old" / "last.pt").write_bytes(b"x" * 40)
+    scanned = crash.Disk.scan([str(root)])
+    ops, target, tmp, last = journal(str(root))
+    back = crash.Disk.from_dict(json.loads(json.dumps(scanned.to_dict())))
+
+    assert back.to_dict() == scanned.to_dict()
+    rebuilt = shared._crash_state(back, ops, target, 120)[0]
+    assert [e.key() for e in rebuilt] == [e.key() for e in shared._crash_state(scanned, ops, target, 120)[0]]
+    assert {e.path: e.length for e in rebuilt} == {str(root / "old" / "last.pt"): 40, tmp: 120}
