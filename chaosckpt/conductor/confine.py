@@ -125,6 +125,9 @@ def confine(spec: Dict) -> None:
         _mount("overlay", target, "overlay", 0,
                f"lowerdir={target},upperdir={_held(upper)},workdir={_held(work)}")
     for path, fd in held.items():
+        # a folder on a file system mounted below an overlaid one (a disk mounted under /tmp) is missing from
+        # the overlay's view: its empty name is made there, in the overlay's upper layer, to bind it onto
+        os.makedirs(path, exist_ok=True)
         _bind(_held(fd), path, writable=True)
     for item in spec.get("inputs", []):
         _mount(item["source"], item["target"], "", MS_BIND)
