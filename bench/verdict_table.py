@@ -26,6 +26,8 @@ from typing import Dict, List, Optional, Tuple
 
 REPO = Path(__file__).resolve().parent.parent
 SCENARIOS = ("kill9-mid-save", "enospc", "power-loss", "eval-left-on", "rank-epoch-skew")
+NODE_SCENARIOS = ("node-power-loss", "node-loss")
+"""Scenarios of multi-node jobs (``--nnodes``): judged by tests/test_nodes.py on nodes of their own, not here."""
 
 EXPLAINING = ("resume-exited", "acknowledged-checkpoint-lost", "torn-checkpoint", "in-place-save", "ranks-disagree",
               "eval-mode-in-training", "rng-not-restored", "epoch-order-replayed", "epoch-order-differs",
