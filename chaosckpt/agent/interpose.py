@@ -16,19 +16,23 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from chaosckpt.agent import sampler
-from chaosckpt.agent.recorder import Recorder
+from chaosckpt.agent.recorder import Checkpoint, Recorder
 
 
 class CountingWriter:
-    """A file object for ``torch.save`` that counts writes and bytes and fires an armed fault."""
+    """A file object for ``torch.save`` that counts writes and bytes, for the call and across its checkpoint,
+    and fires an armed fault at its place in the checkpoint."""
 
-    def __init__(self, raw: Any, recorder: Recorder, save: int, path: Optional[str]) -> None:
+    def __init__(self, raw: Any, recorder: Recorder, checkpoint: Checkpoint, path: Optional[str]) -> None:
         self._raw = raw
         self._recorder = recorder
-        self._save = save
+        self._checkpoint = checkpoint
         self._path = path
         fault = recorder.fault
-        self._fault = fault if fault is not None and fault.save == save and fault.kind in ("halt", "enospc") else None
+        armed = fault is not None and fault.save == checkpoint.index and fault.kind in ("halt", "enospc")
+        if armed and fault.file is not None:
+            armed = path is not None and os.path.basename(path) == fault.file
+        self._fault = fault if armed else None
         self.writes = 0
         self.bytes = 0
 
@@ -37,22 +41,25 @@ class CountingWriter:
         if view.format != "B" or view.ndim != 1:
             view = view.cast("B")
         size = view.nbytes
+        counted = self if self._fault is not None and self._fault.file is not None else self._checkpoint
         if self._fault is not None:
-            cut = self._fault.cut(self.writes, self.bytes, size)
+            cut = self._fault.cut(counted.writes, counted.bytes, size)
             if cut is not None:
-                self._fire(view[:cut])
+                self._fire(view[:cut], counted)
         self._raw.write(view)
         self.writes += 1
         self.bytes += size
+        self._checkpoint.writes += 1
+        self._checkpoint.bytes += size
         return size
 
-    def _fire(self, head: memoryview) -> None:
+    def _fire(self, head: memoryview, counted: Any) -> None:
         if head.nbytes:
             self._raw.write(head)
         self._raw.flush()
         self._recorder.fire(
-            write=self.writes + 1,
-            bytes=self.bytes + head.nbytes,
+            write=counted.writes + 1,
+            bytes=counted.bytes + head.nbytes,
             path=None if self._path is None else os.path.abspath(self._path),
         )
 
@@ -134,10 +141,10 @@ def install(rec: Recorder) -> None:
             with rec.recording_save(name, "path" if path is not None else "fileobj", obj) as save:
                 if path is not None:
                     with open(path, "wb") as raw:
-                        save.writer = CountingWriter(raw, rec, save.index, path)
+                        save.writer = CountingWriter(raw, rec, save.checkpoint, path)
                         original(obj, save.writer, *args, **kwargs)
                 else:
-                    save.writer = CountingWriter(f, rec, save.index, name)
+                    save.writer = CountingWriter(f, rec, save.checkpoint, name)
                     original(obj, save.writer, *args, **kwargs)
         return save
 

@@ -105,7 +105,7 @@ def _install() -> None:
         rec.journal = fileops.Journal(rec.emit, rec.fault.track, os.path.join(run_dir, "keep"))
         fileops.install(rec.journal)
     os.register_at_fork(after_in_child=rec.disable)
-    atexit.register(rec.fire_pending)
+    atexit.register(rec.at_exit)
     previous_hook = sys.excepthook
 
     def excepthook(kind, value, tb):

@@ -8,6 +8,7 @@ durability journal watches them in the faulted run.
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from typing import Dict, List, Optional
 
@@ -21,15 +22,26 @@ class NotArmable(Exception):
     """The reference run shows the fault can never fire (the job saves too rarely, the save is too short)."""
 
 
+_NUMBERED = re.compile(r".*\d$")
+
+
+def location(path: str) -> str:
+    """The directory that holds checkpoints for a file saved at ``path``: its folder, or for a numbered
+    per-checkpoint folder (``checkpoint-8/``, ``checkpoint_2/``, ``step_40/``) the folder above it, so that
+    the folders the job creates later are watched too."""
+    folder = os.path.dirname(path)
+    return os.path.dirname(folder) if _NUMBERED.fullmatch(os.path.basename(folder)) else folder
+
+
 def checkpoint_dirs(reference: RunLog, extra: List[str]) -> List[str]:
     """Directories the job saved checkpoints into, relative to its working directory, plus ``extra``."""
     found: List[str] = []
     for proc in reference.processes:
         cwd = (proc.hello or {}).get("cwd")
-        for save in proc.saves:
-            if save.path is None or cwd is None:
+        for path in proc.paths():
+            if cwd is None:
                 continue
-            rel = os.path.relpath(os.path.dirname(save.path), cwd)
+            rel = os.path.relpath(location(path), cwd)
             if not rel.startswith("..") and rel not in found:
                 found.append(rel)
     for rel in extra:

@@ -72,11 +72,7 @@ def faulted(ctx: Context, armed: Armed, reference: RunLog) -> Faulted:
 
 def files_after_fault(proc: ProcessLog, work: Path) -> dict:
     """Size on disk (or null: missing) of every file the job saved to, as the fault left them."""
-    files = {}
-    for save in proc.saves:
-        if save.path is not None:
-            files[rel(save.path, work)] = os.path.getsize(save.path) if os.path.exists(save.path) else None
-    return files
+    return {rel(path, work): os.path.getsize(path) if os.path.exists(path) else None for path in proc.paths()}
 
 
 def save_damage(ctx: Context, run: Faulted, armed: Armed) -> List[Finding]:
