@@ -141,3 +141,21 @@ def test_checkpoint_locations_collapse_numbered_folders():
     assert arming.location("/w/out/checkpoint_2/random_states_0.pkl") == "/w/out"
     assert arming.location("/w/ckpt/last.pt") == "/w/ckpt"
     assert arming.location("/w/ckpt/dcp") == "/w/ckpt"
+
+
+def test_file_param_places_the_fault_in_that_file_of_the_reference_checkpoint(tmp_path):
+    from chaosckpt.conductor import scenario as scenario_mod
+    from chaosckpt.conductor.runlog import RunLog
+
+    events, rec, model, opt = _job()
+    for n in (1, 2):
+        _step(rec, opt)
+        _trainer_checkpoint(rec, model, opt, tmp_path / f"checkpoint-{n}")
+    _step(rec, opt)
+    reference = RunLog([_process(events.events)])
+    kill = scenario_mod.load("kill9-mid-save", {"file": "optimizer.pt"})
+    fault = arming.arm(kill, reference, None)
+    size = reference.processes[0].saves[1].files[1]["bytes"]
+    assert fault["file"] == "optimizer.pt" and fault["at_byte"] == size // 2 and fault["save"] == 2
+    with pytest.raises(arming.NotArmable, match="writes no file of that name"):
+        arming.arm(scenario_mod.load("kill9-mid-save", {"file": "nope.pt"}), reference, None)

@@ -12,8 +12,8 @@ import re
 import tempfile
 from typing import Dict, List, Optional
 
-from chaosckpt.conductor.runlog import RunLog
-from chaosckpt.conductor.scenario import Scenario
+from chaosckpt.conductor.runlog import RunLog, Save
+from chaosckpt.conductor.scenario import Scenario, Trigger
 
 AGENT_KIND = {"kill": "halt", "enospc": "enospc", "power-loss": "halt", "eval-left-on": "halt"}
 
@@ -75,6 +75,8 @@ def arm(scenario: Scenario, reference: RunLog, track: Optional[List[str]], sweep
     elif trigger.free_bytes is not None:
         fault["kind"] = "disk-full"
         fault["free_bytes"] = trigger.free_bytes
+    elif trigger.file is not None:
+        fault.update(placed_in_file(trigger, target))
     elif trigger.write is not None:
         if trigger.write > target.writes:
             raise NotArmable(f"save {trigger.save} makes {target.writes} writes; --param write={trigger.write} is past its end")
@@ -82,6 +84,22 @@ def arm(scenario: Scenario, reference: RunLog, track: Optional[List[str]], sweep
     else:
         fault["at_byte"] = min(int(target.bytes * trigger.fraction), max(target.bytes - 1, 0))
     return fault
+
+
+def placed_in_file(trigger: Trigger, target: Save) -> Dict:
+    """``at_byte`` / ``at_write`` counted in the checkpoint's file named ``trigger.file``."""
+    files = [f for f in target.files if f.get("path") and os.path.basename(f["path"]) == trigger.file]
+    if not files:
+        names = sorted({os.path.basename(f["path"]) for f in target.files if f.get("path")})
+        raise NotArmable(f"--param file={trigger.file}: save {trigger.save} writes no file of that name "
+                         f"(it writes {', '.join(names) or 'no named file'})")
+    size, writes = files[0]["bytes"], files[0]["writes"]
+    if trigger.write is not None:
+        if trigger.write > writes:
+            raise NotArmable(f"{trigger.file} in save {trigger.save} takes {writes} writes; "
+                             f"--param write={trigger.write} is past its end")
+        return {"file": trigger.file, "at_write": trigger.write}
+    return {"file": trigger.file, "at_byte": min(int(size * trigger.fraction), max(size - 1, 0))}
 
 
 def full_bytes(reference: RunLog, save: int) -> int:
