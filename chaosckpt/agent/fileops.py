@@ -69,7 +69,7 @@ class Journal:
         """Preserve the data of ``path`` (its first ``length`` bytes, or all of it by hard link)."""
         with self._lock:
             self._keeps += 1
-            dest = os.path.join(self.keep_dir, f"{inode[1]}.{self._keeps}")
+            dest = os.path.join(self.keep_dir, f"{os.getpid()}.{inode[1]}.{self._keeps}")  # ranks share keep/
         if length is None:
             try:
                 _os_link(path, dest)

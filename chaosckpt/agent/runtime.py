@@ -101,8 +101,8 @@ def _install() -> None:
     rec = Recorder(EventWriter(run_dir, rank), rank, fault, Horizon(json.loads(stop)) if stop else None)
     interpose.install(rec)
     when_imported("torch.distributed.checkpoint", lambda: interpose.install_dcp(rec))
-    if rec.fault is not None and rec.fault.track is not None:
-        rec.journal = fileops.Journal(rec.emit, rec.fault.track, os.path.join(run_dir, "keep"))
+    if fault is not None and fault.track is not None:  # every rank journals its files, not just the faulted one
+        rec.journal = fileops.Journal(rec.emit, fault.track, os.path.join(run_dir, "keep"))
         fileops.install(rec.journal)
     os.register_at_fork(after_in_child=rec.disable)
     atexit.register(rec.at_exit)
