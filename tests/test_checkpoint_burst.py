@@ -159,3 +159,21 @@ def test_file_param_places_the_fault_in_that_file_of_the_reference_checkpoint(tm
     assert fault["file"] == "optimizer.pt" and fault["at_byte"] == size // 2 and fault["save"] == 2
     with pytest.raises(arming.NotArmable, match="writes no file of that name"):
         arming.arm(scenario_mod.load("kill9-mid-save", {"file": "nope.pt"}), reference, None)
+
+
+def test_a_step_counter_in_json_beside_the_checkpoint_files_counts(tmp_path):
+    """A Trainer keeps global_step in trainer_state.json, written last into the checkpoint's folder."""
+    import json
+
+    def checkpoint(with_json):
+        events, rec, model, opt = _job()
+        _step(rec, opt)
+        folder = tmp_path / f"checkpoint-{int(with_json)}"
+        _trainer_checkpoint(rec, model, opt, folder)
+        if with_json:
+            (folder / "trainer_state.json").write_text(json.dumps({"global_step": 1, "log_history": []}))
+        _step(rec, opt)
+        return [c["kind"] for c in _process(events.events).saves[0].content]
+
+    assert "no-step-in-checkpoint" in checkpoint(with_json=False)
+    assert "no-step-in-checkpoint" not in checkpoint(with_json=True)

@@ -221,6 +221,8 @@ class Recorder:
         ckpt = self.checkpoint
         if obj is not None and self.step:
             self.guarded(self._look_into, obj, ckpt)
+        if path is not None and via != "dcp":
+            ckpt.folders.add(os.path.dirname(os.path.abspath(path)))
         if self.journal is not None and path is not None:
             self.journal.track(path if via == "dcp" else os.path.dirname(os.path.abspath(path)))
         return ckpt
@@ -268,7 +270,8 @@ class Recorder:
 
         if not ckpt.scans:
             return []
-        return checkpoint_content.findings(checkpoint_content.merge(ckpt.scans), streams=sorted(self._drawn))
+        scans = ckpt.scans + [checkpoint_content.scan(state) for state in _json_states(ckpt.folders, self._save_began)]
+        return checkpoint_content.findings(checkpoint_content.merge(scans), streams=sorted(self._drawn))
 
     @contextlib.contextmanager
     def recording_save(self, path: Optional[str], via: str, obj: object) -> Iterator["_Save"]:
@@ -375,6 +378,7 @@ class Checkpoint:
         self.writes = 0
         self.error: Optional[str] = None
         self.scans: List[Dict[str, object]] = []
+        self.folders: set = set()  # where its files went: JSON state written beside them is part of it
 
 
 class _Save:
@@ -383,6 +387,33 @@ class _Save:
     def __init__(self, checkpoint: Checkpoint) -> None:
         self.checkpoint = checkpoint
         self.writer = None
+
+
+JSON_STATE_LIMIT = 1 << 20
+
+
+def _json_states(folders: set, since: float) -> List[object]:
+    """The JSON files written into the checkpoint's folders since it began (a Trainer's trainer_state.json):
+    their step counters are part of the checkpoint."""
+    import json
+
+    states = []
+    for folder in sorted(folders):
+        try:
+            names = sorted(n for n in os.listdir(folder) if n.endswith(".json"))
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(folder, name)
+            try:
+                st = os.stat(path)
+                if st.st_mtime < since - 1 or st.st_size > JSON_STATE_LIMIT:
+                    continue
+                with open(path, encoding="utf-8") as f:
+                    states.append(json.load(f))
+            except (OSError, ValueError):
+                continue
+    return states
 
 
 def _env_int(name: str) -> Optional[int]:
