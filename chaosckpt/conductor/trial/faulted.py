@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional
 
-from chaosckpt.conductor import ranks, score
+from chaosckpt.conductor import checkpoints, ranks, score
 from chaosckpt.conductor.launcher import RunResult
 from chaosckpt.conductor.result import Finding
 from chaosckpt.conductor.runlog import ProcessLog, RunLog
@@ -28,11 +29,14 @@ class Faulted:
     step: Optional[int]
     """The global step that process had reached when the fault fired."""
     completed: list
-    """The saves that process completed before the fault."""
+    """The checkpoints that process completed before the fault."""
+    gone: list = dataclasses.field(default_factory=list)
+    """Those of them the job had deleted when the fault hit: no longer good."""
 
     @property
     def last_good(self) -> Optional[int]:
-        return self.completed[-1].step if self.completed else None
+        good = [s for s in self.completed if s not in self.gone]
+        return good[-1].step if good else None
 
     @property
     def carried_on(self) -> bool:
@@ -57,7 +61,8 @@ def faulted(ctx: Context, armed: Armed, reference: RunLog) -> Faulted:
             f"{fault['save']}; its saves differ from the uninterrupted run's",
         )
     event = proc.fault
-    run = Faulted(result, log, proc, step, proc.completed_saves(before=event["ts"]))
+    completed = proc.completed_saves(before=event["ts"])
+    run = Faulted(result, log, proc, step, completed, checkpoints.gone(completed))
     ctx.trial.last_good_step = run.last_good
     ctx.trial.fault = {
         "kind": event["fault"],
@@ -108,3 +113,11 @@ def save_damage(ctx: Context, run: Faulted, armed: Armed) -> List[Finding]:
             )
         )
     return findings
+
+
+def checkpoint_findings(run: Faulted, resume: RunLog, error: Optional[str], name) -> List[Finding]:
+    """What the job's rotation and its resume did with complete and incomplete checkpoints."""
+    interrupted = checkpoints.interrupted_save(run.proc)
+    found = [checkpoints.rotation_finding(run.completed, interrupted, name),
+             checkpoints.chose_incomplete(interrupted, run.completed, resume, error, name)]
+    return [f for f in found if f is not None]

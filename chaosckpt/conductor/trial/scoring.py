@@ -11,7 +11,7 @@ from chaosckpt.conductor.runlog import ProcessLog, RunLog
 from chaosckpt.conductor.trial.aftermath import lost_checkpoint
 from chaosckpt.conductor.trial.arm import Armed
 from chaosckpt.conductor.trial.context import Context, rel
-from chaosckpt.conductor.trial.faulted import Faulted, save_damage
+from chaosckpt.conductor.trial.faulted import Faulted, checkpoint_findings, save_damage
 from chaosckpt.conductor.trial.options import Stop
 from chaosckpt.conductor.trial.resume import Resumed
 
@@ -44,6 +44,7 @@ def recovered(ctx: Context, ref: ProcessLog, armed: Armed, run: Faulted, resumed
     elif rec.outcome == "crashed":
         trial.lost_steps = run.step
     trial.findings.extend(save_damage(ctx, run, armed))
+    trial.findings.extend(checkpoint_findings(run, resumed.log, rec.error, lambda p: rel(p, armed.work) or p))
     if armed.disk is not None and ctx.scenario.fault == "power-loss" and run.completed and rec.outcome != "last-good":
         trial.findings.append(lost_checkpoint(ctx, run.completed[-1], run.log.ops(), armed))
     if armed.disk is not None and ctx.scenario.fault == "power-loss" and run.completed:
