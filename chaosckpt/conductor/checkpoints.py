@@ -22,13 +22,15 @@ def folder(save: Save) -> Optional[str]:
 
 
 def gone(completed: List[Save]) -> List[Save]:
-    """Complete checkpoints whose folder the job had deleted when the fault hit (rotation)."""
+    """Complete checkpoints whose folder is gone now: called right after the faulted run, those the job had
+    deleted when the fault hit (rotation)."""
     return [s for s in completed if folder(s) is not None and not os.path.isdir(folder(s))]
 
 
-def rotation_finding(completed: List[Save], interrupted: Optional[Save], name: Callable[[str], str]) -> Optional[Finding]:
-    """The job deleted its newest complete checkpoint while the next one was still being written."""
-    deleted = gone(completed)
+def rotation_finding(completed: List[Save], deleted: List[Save], interrupted: Optional[Save],
+                     name: Callable[[str], str]) -> Optional[Finding]:
+    """The job deleted its newest complete checkpoint (``deleted``: those gone at the fault) while the next one
+    was still being written."""
     if interrupted is None or not completed or completed[-1] not in deleted:
         return None
     last = completed[-1]
@@ -44,11 +46,11 @@ def rotation_finding(completed: List[Save], interrupted: Optional[Save], name: C
     )
 
 
-def chose_incomplete(interrupted: Optional[Save], completed: List[Save], resume: RunLog, error: Optional[str],
-                     name: Callable[[str], str]) -> Optional[Finding]:
+def chose_incomplete(interrupted: Optional[Save], completed: List[Save], deleted: List[Save], resume: RunLog,
+                     error: Optional[str], name: Callable[[str], str]) -> Optional[Finding]:
     """The resume took the interrupted (incomplete) checkpoint's folder while a complete older one was there."""
     where = folder(interrupted) if interrupted is not None else None
-    kept = [s for s in completed if s not in gone(completed)]
+    kept = [s for s in completed if s not in deleted]
     if where is None or not kept or folder(kept[-1]) == where:
         return None
     touched = [e.get("path") for p in resume.processes for e in p.loads]

@@ -118,6 +118,6 @@ def save_damage(ctx: Context, run: Faulted, armed: Armed) -> List[Finding]:
 def checkpoint_findings(run: Faulted, resume: RunLog, error: Optional[str], name) -> List[Finding]:
     """What the job's rotation and its resume did with complete and incomplete checkpoints."""
     interrupted = checkpoints.interrupted_save(run.proc)
-    found = [checkpoints.rotation_finding(run.completed, interrupted, name),
-             checkpoints.chose_incomplete(interrupted, run.completed, resume, error, name)]
+    found = [checkpoints.rotation_finding(run.completed, run.gone, interrupted, name),
+             checkpoints.chose_incomplete(interrupted, run.completed, run.gone, resume, error, name)]
     return [f for f in found if f is not None]
