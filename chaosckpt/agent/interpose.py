@@ -131,8 +131,13 @@ def install(rec: Recorder) -> None:
 
     def make_save(original):
         def save(obj, f, *args, **kwargs):
-            if not rec.enabled or rec.saving:
+            if not rec.enabled:
                 return original(obj, f, *args, **kwargs)
+            if rec.saving:
+                if rec.saving_via != "dcp" or rec.checkpoint is None or _is_path(f):
+                    return original(obj, f, *args, **kwargs)
+                # one tensor of a DCP save, into the shard file its writer opened (in its writer threads too)
+                return original(obj, CountingWriter(f, rec, rec.checkpoint, rec.saving_path), *args, **kwargs)
             path = os.fspath(f) if _is_path(f) else None
             if path is not None and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
                 return original(obj, f, *args, **kwargs)  # let torch raise its own error
@@ -208,3 +213,20 @@ def install_dcp(rec: Recorder) -> None:
         return save
 
     _patch(dcp, "save", make_save)
+
+
+def install_dcp_state_dict(rec: Recorder) -> None:
+    """``get_state_dict`` initialises an empty optimizer's state with one step at learning rate 0: a hidden
+    step, not a training step."""
+    import torch.distributed.checkpoint.state_dict as state_dict
+
+    def make_init(original):
+        def init(optim, *args, **kwargs):
+            rec.hidden_steps += 1
+            try:
+                return original(optim, *args, **kwargs)
+            finally:
+                rec.hidden_steps -= 1
+        return init
+
+    _patch(state_dict, "_init_optim_state", make_init)

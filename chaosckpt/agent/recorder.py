@@ -50,6 +50,9 @@ class Recorder:
         self._scaled: Dict[int, torch.Tensor] = {}
         self._need_digest = True
         self.checkpoint: Optional[Checkpoint] = None  # open from a checkpoint's first save call to the next step
+        self.saving_via: Optional[str] = None
+        self.saving_path: Optional[str] = None
+        self.hidden_steps = 0  # inside get_state_dict's optimizer state initialisation: its step is no training step
         self.saving = False  # inside a save: saves it makes itself (DCP's items) are part of it
         self.journal: Optional["Journal"] = None
         self.streams = Streams()
@@ -137,7 +140,7 @@ class Recorder:
 
     def on_step(self, optimizer: torch.optim.Optimizer) -> None:
         """Optimizer pre-step hook: the state the step starts from (digest, RNG, modes) of the primary optimizer."""
-        if not self.enabled:
+        if not self.enabled or self.hidden_steps:
             return
         self.guarded(self.close_checkpoint)
         self.fire_pending()
@@ -153,7 +156,7 @@ class Recorder:
 
     def on_step_end(self, optimizer: torch.optim.Optimizer) -> None:
         """Optimizer post-step hook: the step is known now, with the losses its closure computed (Lightning, LBFGS)."""
-        if self.enabled and self._primary is not None and self._primary() is optimizer:
+        if self.enabled and not self.hidden_steps and self._primary is not None and self._primary() is optimizer:
             self._end_step()
 
     def _end_step(self) -> None:
@@ -216,9 +219,11 @@ class Recorder:
         """A save call begins: part of the open checkpoint, or the first of a new one (a step since the last)."""
         self.fire_pending()
         self.saving = True
+        self.saving_via, self.saving_path = via, None if path is None else os.path.abspath(path)
         if self.checkpoint is None:
             self._open_checkpoint(path, via)
         ckpt = self.checkpoint
+        ckpt.whole = False
         if obj is not None and self.step:
             self.guarded(self._look_into, obj, ckpt)
         if path is not None and via != "dcp":
@@ -262,7 +267,9 @@ class Recorder:
         """What the saved object holds: judged with the checkpoint's other objects when the checkpoint ends."""
         from chaosckpt import checkpoint_content  # at the first save, not in every process's start-up
 
-        ckpt.scans.append(checkpoint_content.scan(obj))
+        scan = checkpoint_content.scan(obj)
+        ckpt.scans.append(scan)
+        ckpt.whole = checkpoint_content.whole(scan)
 
     def _judge(self, ckpt: "Checkpoint") -> List[object]:
         """Findings about the whole checkpoint against the streams the loop draws from (view bloat, RNG states)."""
@@ -278,6 +285,7 @@ class Recorder:
         """One save call of the open checkpoint; ``save-file`` with its counts and any error however it ends."""
         ckpt = self.save_begin(path, via, obj)
         save = _Save(ckpt)
+        base = (ckpt.bytes, ckpt.writes)
         error: Optional[BaseException] = None
         try:
             yield save
@@ -286,11 +294,13 @@ class Recorder:
             raise
         finally:
             writer = save.writer
-            self.save_end(ckpt, path, via, writer.bytes if writer else 0, writer.writes if writer else 0, error)
+            counts = (writer.bytes, writer.writes) if writer else (ckpt.bytes - base[0], ckpt.writes - base[1])
+            self.save_end(ckpt, path, via, *counts, error)
 
     def save_end(self, ckpt: "Checkpoint", path: Optional[str], via: str, nbytes: int, writes: int,
                  error: Optional[BaseException]) -> None:
         self.saving = False
+        self.saving_via = self.saving_path = None
         if error is not None and ckpt.error is None:
             ckpt.error = _one_line(error)
         self.emit(
@@ -302,6 +312,7 @@ class Recorder:
             bytes=nbytes,
             writes=writes,
             error=None if error is None else _one_line(error),
+            **({"whole": True} if ckpt.whole else {}),
         )
 
     def close_checkpoint(self) -> None:
@@ -378,6 +389,7 @@ class Checkpoint:
         self.writes = 0
         self.error: Optional[str] = None
         self.scans: List[Dict[str, object]] = []
+        self.whole = False  # the current call saves a whole training state (model and optimizer) in one file
         self.folders: set = set()  # where its files went: JSON state written beside them is part of it
 
 

@@ -101,6 +101,7 @@ def _install() -> None:
     rec = Recorder(EventWriter(run_dir, rank), rank, fault, Horizon(json.loads(stop)) if stop else None)
     interpose.install(rec)
     when_imported("torch.distributed.checkpoint", lambda: interpose.install_dcp(rec))
+    when_imported("torch.distributed.checkpoint.state_dict", lambda: interpose.install_dcp_state_dict(rec))
     if fault is not None and fault.track is not None:  # every rank journals its files, not just the faulted one
         rec.journal = fileops.Journal(rec.emit, fault.track, os.path.join(run_dir, "keep"))
         fileops.install(rec.journal)

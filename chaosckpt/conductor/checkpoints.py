@@ -73,3 +73,11 @@ def interrupted_save(proc: ProcessLog) -> Optional[Save]:
         return None
     found = [s for s in proc.saves if s.index == proc.fault.get("save")]
     return found[0] if found else None
+
+
+def good_part(interrupted: Optional[Save]) -> List[Save]:
+    """The interrupted checkpoint, when a file of it that holds a whole training state was finished before the
+    fault (Lightning's ``epoch=E-step=N.ckpt`` before its ``last.ckpt``): that state is good."""
+    if interrupted is not None and any(f.get("ok") and f.get("whole") for f in interrupted.files):
+        return [interrupted]
+    return []

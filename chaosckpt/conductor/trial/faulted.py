@@ -61,7 +61,7 @@ def faulted(ctx: Context, armed: Armed, reference: RunLog) -> Faulted:
             f"{fault['save']}; its saves differ from the uninterrupted run's",
         )
     event = proc.fault
-    completed = proc.completed_saves(before=event["ts"])
+    completed = proc.completed_saves(before=event["ts"]) + checkpoints.good_part(checkpoints.interrupted_save(proc))
     run = Faulted(result, log, proc, step, completed, checkpoints.gone(completed))
     ctx.trial.last_good_step = run.last_good
     ctx.trial.fault = {
