@@ -199,7 +199,8 @@ def install(rec: Recorder) -> None:
 
 
 def install_dcp(rec: Recorder) -> None:
-    """Record ``torch.distributed.checkpoint.save`` calls as saves of their checkpoint directory."""
+    """Record ``torch.distributed.checkpoint.save`` calls as saves of their checkpoint directory, and its
+    ``load`` calls as loads of it."""
     import torch.distributed.checkpoint as dcp
 
     def make_save(original):
@@ -212,7 +213,23 @@ def install_dcp(rec: Recorder) -> None:
                 return original(state_dict, *args, **kwargs)
         return save
 
+    def make_load(original):
+        def load(state_dict, *args, **kwargs):
+            if not rec.enabled:
+                return original(state_dict, *args, **kwargs)
+            target = kwargs.get("checkpoint_id") or getattr(kwargs.get("storage_reader"), "path", None)
+            path = os.fspath(target) if _is_path(target) else None
+            try:
+                result = original(state_dict, *args, **kwargs)
+            except BaseException as exc:
+                rec.loaded(path, None, exc)
+                raise
+            rec.loaded(path, None, None)
+            return result
+        return load
+
     _patch(dcp, "save", make_save)
+    _patch(dcp, "load", make_load)
 
 
 def install_dcp_state_dict(rec: Recorder) -> None:

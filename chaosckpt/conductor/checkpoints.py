@@ -12,8 +12,11 @@ from chaosckpt.conductor.runlog import ProcessLog, RunLog, Save
 
 
 def folder(save: Save) -> Optional[str]:
-    """The numbered folder (``checkpoint-8/``, ``checkpoint_2/``) that holds all the checkpoint's files, if one does."""
+    """The numbered folder (``checkpoint-8/``, ``checkpoint_2/``, a DCP ``step_8/``) that holds all the
+    checkpoint's files, if one does."""
     paths = [p for p in [save.path, *(f.get("path") for f in save.files)] if p is not None]
+    if paths and all(f.get("via") == "dcp" for f in save.files) and save.path is not None:
+        return save.path if location(os.path.join(save.path, ".metadata")) != save.path else None
     folders = {os.path.dirname(p) for p in paths}
     if len(folders) != 1:
         return None
@@ -54,17 +57,21 @@ def chose_incomplete(interrupted: Optional[Save], completed: List[Save], deleted
     if where is None or not kept or folder(kept[-1]) == where:
         return None
     touched = [e.get("path") for p in resume.processes for e in p.loads]
-    inside = any(p is not None and p.startswith(where + os.sep) for p in touched)
+    inside = any(p is not None and (p == where or p.startswith(where + os.sep)) for p in touched)
     if not inside and not (error and (name(where) + os.sep in error or where + os.sep in error)):
         return None
-    return Finding(
-        "resume-chose-incomplete",
-        f"the resume took {name(where)}, which the interrupted checkpoint {interrupted.index} left incomplete, "
-        f"while {name(folder(kept[-1]) or kept[-1].path or '')} (step {kept[-1].step}) was complete: resume from "
-        "the newest checkpoint whose last file exists (for the Hugging Face Trainer, the newest checkpoint-N/ "
-        "holding trainer_state.json, passed as resume_from_checkpoint=PATH instead of True)",
-        {"path": name(where), "complete_step": kept[-1].step},
-    )
+    older = name(folder(kept[-1]) or kept[-1].path or "")
+    if interrupted.path == where:  # a DCP folder: dcp.save writes .metadata last, on rank 0
+        kind, advice = "resume-chose-dcp-without-metadata", (
+            f"the resume took {name(where)}, a DCP folder the interrupted dcp.save left without .metadata, while "
+            f"{older} (step {kept[-1].step}) was complete: resume from the newest folder holding .metadata")
+    else:
+        kind, advice = "resume-chose-incomplete", (
+            f"the resume took {name(where)}, which the interrupted checkpoint {interrupted.index} left incomplete, "
+            f"while {older} (step {kept[-1].step}) was complete: resume from the newest checkpoint whose last "
+            "file exists (for the Hugging Face Trainer, the newest checkpoint-N/ holding trainer_state.json, "
+            "passed as resume_from_checkpoint=PATH instead of True)")
+    return Finding(kind, advice, {"path": name(where), "complete_step": kept[-1].step})
 
 
 def interrupted_save(proc: ProcessLog) -> Optional[Save]:

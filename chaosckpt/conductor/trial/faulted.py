@@ -93,7 +93,7 @@ def save_damage(ctx: Context, run: Faulted, armed: Armed) -> List[Finding]:
         return []  # the resume did not trip over the file the interrupted save was writing
     findings = []
     left = trial.fault["files"].get(path)
-    if left is not None and left < armed.full_bytes and os.path.exists(broken[0].path):
+    if left is not None and left < armed.full_bytes and os.path.isfile(broken[0].path):
         findings.append(
             Finding(
                 "torn-checkpoint",

@@ -34,7 +34,8 @@ def recovered(ctx: Context, ref: ProcessLog, armed: Armed, run: Faulted, resumed
     trial = ctx.trial
     table = score.digest_table(run.proc, run.log.trainer(), ref)
     result = resumed.result
-    rec = score.recovery(resumed.log, result.returncode, score.tail_line(result.stderr), run.last_good, table)
+    crash = score.crash_line(resumed.log, result.stderr)
+    rec = score.recovery(resumed.log, result.returncode, crash, run.last_good, table)
     trial.outcome = rec.outcome
     trial.recovered_step = rec.recovered_step
     trial.error = rec.error
@@ -82,7 +83,7 @@ def compare(ctx: Context, ref: ProcessLog, run: ProcessLog, start: int) -> None:
 def _ranks(ctx: Context, reference: RunLog, run: Faulted, resumed: Resumed) -> bool:
     """Per-rank verdicts and data coverage; a resume that hung is inconclusive unless the ranks explain it."""
     trial, result = ctx.trial, resumed.result
-    ok = ranks.judge(trial, reference, run.log, resumed.log, result.returncode, score.tail_line(result.stderr),
+    ok = ranks.judge(trial, reference, run.log, resumed.log, result.returncode, score.crash_line(resumed.log, result.stderr),
                      ctx.opts.tolerance)
     if result.timed_out:
         if ok:
@@ -99,7 +100,7 @@ def _exited(ctx: Context, resumed: Resumed) -> Optional[Finding]:
     if result.timed_out or result.stopped or trial.outcome == "crashed":
         return None
     starts = {r["rank"]: r["recovered_step"] for r in trial.ranks} if trial.ranks else {0: trial.recovered_step}
-    exited = exits.resume_exit(resumed.log, result.returncode, starts, score.tail_line(result.stderr))
+    exited = exits.resume_exit(resumed.log, result.returncode, starts, score.crash_line(resumed.log, result.stderr))
     if exited is not None:
         trial.findings.insert(0, exited)
     return exited
