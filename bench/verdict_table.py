@@ -3,6 +3,7 @@
     python bench/verdict_table.py                       # every row, serially (about 20-30 minutes)
     python bench/verdict_table.py --only lightning      # the rows whose job or scenario contains a word
     python bench/verdict_table.py --markdown table.md   # also write the Markdown table to a file
+    python bench/verdict_table.py --frameworks          # the framework table: HF Trainer, Accelerate, DCP
 
 Each row runs the real ``chaosckpt run`` on a copy of the job in a scratch folder. The expected
 verdict and cause are what the job really does under the fault, established by reading the job
@@ -27,7 +28,8 @@ from typing import Dict, List, Optional, Tuple
 REPO = Path(__file__).resolve().parent.parent
 SCENARIOS = ("kill9-mid-save", "enospc", "power-loss", "eval-left-on", "rank-epoch-skew")
 
-EXPLAINING = ("resume-exited", "acknowledged-checkpoint-lost", "torn-checkpoint", "in-place-save", "ranks-disagree",
+EXPLAINING = ("resume-chose-incomplete", "resume-chose-dcp-without-metadata", "rotation-before-complete",
+              "resume-exited", "acknowledged-checkpoint-lost", "torn-checkpoint", "in-place-save", "ranks-disagree",
               "eval-mode-in-training", "rng-not-restored", "epoch-order-replayed", "epoch-order-differs",
               "step-count-differs", "sampler-overlap", "sampler-missing", "resume-hung")
 """Finding kinds that say why a trial failed, most telling first: the first one present is its cause."""
@@ -48,6 +50,18 @@ JOBS = {
     "train_job": Job("tests/jobs/train_job.py", "tests/jobs/train_job.py", ("--epochs", "3")),
     "lightning_job": Job("tests/jobs/lightning_job.py", "tests/jobs/lightning_job.py", ("--epochs", "2")),
     "ddp_job": Job("tests/jobs/ddp_job.py (2 ranks)", "tests/jobs/ddp_job.py", (), nproc=2),
+}
+
+FRAMEWORK_JOBS = {
+    "hf_trainer": Job("tests/jobs/hf_trainer_job.py", "tests/jobs/hf_trainer_job.py", ()),
+    "hf_trainer_robust": Job("tests/jobs/hf_trainer_job.py --resume-complete", "tests/jobs/hf_trainer_job.py",
+                             ("--resume-complete",)),
+    "accelerate": Job("tests/jobs/accelerate_job.py", "tests/jobs/accelerate_job.py", ()),
+    "accelerate_robust": Job("tests/jobs/accelerate_job.py --total-limit 2 --resume-complete",
+                             "tests/jobs/accelerate_job.py", ("--total-limit", "2", "--resume-complete")),
+    "dcp": Job("tests/jobs/dcp_job.py (2 ranks)", "tests/jobs/dcp_job.py", (), nproc=2),
+    "dcp_robust": Job("tests/jobs/dcp_job.py --resume-complete (2 ranks)", "tests/jobs/dcp_job.py",
+                      ("--resume-complete",), nproc=2),
 }
 
 SINGLE = "rank-epoch-skew holds one rank mid-save while the others finish theirs; with one rank it is kill9-mid-save"
@@ -90,6 +104,23 @@ ROWS: List[Tuple[str, str, str, str, str]] = [
     ("ddp_job", "eval-left-on", "PASSED", "last-good", "no dropout or batch norm: eval mode computes the same"),
     ("ddp_job", "rank-epoch-skew", "PASSED", "last-good", "one checkpoint from rank 0: every rank loads the same step"),
 ]
+
+FRAMEWORK_ROWS: List[Tuple[str, str, str, str, str]] = [
+    ("hf_trainer", "kill9-mid-save", "FAILED", "crashed, resume-chose-incomplete",
+     "resume_from_checkpoint=True takes checkpoint-8, left without trainer_state.json, over complete checkpoint-4"),
+    ("hf_trainer_robust", "kill9-mid-save", "PASSED", "last-good",
+     "resumes from the newest checkpoint-N/ holding trainer_state.json (written last)"),
+    ("accelerate", "kill9-mid-save", "FAILED", "crashed, rotation-before-complete",
+     "total_limit=1 deletes checkpoint_0 before checkpoint_1 is written; load_state() takes the torn one"),
+    ("accelerate_robust", "kill9-mid-save", "PASSED", "last-good",
+     "total_limit=2 keeps checkpoint_0; resumes from the newest folder holding its last file"),
+    ("dcp", "kill9-mid-save", "FAILED", "crashed, resume-chose-dcp-without-metadata",
+     "the resume takes step_8/, which the killed dcp.save left without .metadata, over complete step_4/"),
+    ("dcp_robust", "kill9-mid-save", "PASSED", "last-good",
+     "resumes from the newest folder holding .metadata; get_state_dict's lr-0 step is not a training step"),
+]
+"""The framework verdict table (``--frameworks``): the Hugging Face Trainer, Accelerate and DCP, each on its
+default checkpointing and on one robust configuration."""
 
 
 def cause(trial: Dict) -> str:
@@ -141,12 +172,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="", help="run only rows whose job or scenario contains this text")
     parser.add_argument("--markdown", type=Path, help="also write the Markdown table to this file")
+    parser.add_argument("--frameworks", action="store_true", help="the framework table (Trainer, Accelerate, DCP)")
     args = parser.parse_args(argv)
-    rows = [r for r in ROWS if args.only in r[0] or args.only in r[1] or args.only in JOBS[r[0]].path]
+    jobs = FRAMEWORK_JOBS if args.frameworks else JOBS
+    rows = [r for r in (FRAMEWORK_ROWS if args.frameworks else ROWS)
+            if args.only in r[0] or args.only in r[1] or args.only in jobs[r[0]].path]
     results = []
     with tempfile.TemporaryDirectory(prefix="verdict-table-") as tmp:
         for index, (key, scenario, expected, expected_cause, why) in enumerate(rows):
-            job = JOBS[key]
+            job = jobs[key]
             started = time.monotonic()
             got, got_cause, headline = run_row(job, scenario, Path(tmp) / str(index))
             right = got == expected and got_cause == expected_cause
