@@ -177,3 +177,52 @@ def test_a_step_counter_in_json_beside_the_checkpoint_files_counts(tmp_path):
 
     assert "no-step-in-checkpoint" in checkpoint(with_json=False)
     assert "no-step-in-checkpoint" not in checkpoint(with_json=True)
+
+
+def _saved(index, step, files, path=None, via="path"):
+    from chaosckpt.conductor.runlog import Save
+
+    paths = [str(f) for f in files]
+    return Save(index=index, step=step, path=path or paths[0], digest="d", ts=float(index), ok=True,
+                files=[{"path": p, "via": via, "ok": True, "bytes": 1, "writes": 1} for p in paths])
+
+
+def test_a_complete_checkpoint_whose_folder_the_job_deleted_is_no_longer_good(tmp_path):
+    from chaosckpt.conductor import checkpoints
+
+    old = _saved(1, 4, [tmp_path / "checkpoint_0" / "model.bin", tmp_path / "checkpoint_0" / "optimizer.bin"])
+    new = _saved(2, 8, [tmp_path / "checkpoint_1" / "model.bin"])
+    (tmp_path / "checkpoint_1").mkdir()
+    assert checkpoints.folder(old) == str(tmp_path / "checkpoint_0")
+    assert checkpoints.gone([old]) == [old]  # checkpoint_0 was deleted
+    finding = checkpoints.rotation_finding([old], [old], new, str)
+    assert finding.kind == "rotation-before-complete" and finding.details["deleted_step"] == 4
+    (tmp_path / "checkpoint_0").mkdir()
+    assert checkpoints.gone([old]) == [] and checkpoints.rotation_finding([old], [], new, str) is None
+
+
+def test_a_dcp_folder_is_its_own_checkpoint_folder(tmp_path):
+    from chaosckpt.conductor import checkpoints
+
+    save = _saved(2, 8, [], path=str(tmp_path / "ckpt" / "step_8"), via="dcp")
+    save.files = [{"path": save.path, "via": "dcp", "ok": True, "bytes": 9, "writes": 3}]
+    assert checkpoints.folder(save) == str(tmp_path / "ckpt" / "step_8")
+
+
+def test_a_whole_training_state_finished_inside_an_interrupted_checkpoint_is_good(tmp_path):
+    from chaosckpt.conductor import checkpoints
+
+    save = _saved(1, 4, [tmp_path / "epoch=0-step=4.ckpt"])
+    assert checkpoints.good_part(save) == []
+    save.files[0]["whole"] = True
+    assert checkpoints.good_part(save) == [save]
+
+
+def test_the_agent_marks_a_file_holding_model_and_optimizer_as_whole(tmp_path):
+    events, rec, model, opt = _job()
+    _step(rec, opt)
+    _save(rec, {"state_dict": model.state_dict(), "optimizer_states": [opt.state_dict()], "global_step": 1},
+          str(tmp_path / "epoch=0-step=1.ckpt"))
+    _save(rec, opt.state_dict(), str(tmp_path / "optimizer.pt"))
+    _step(rec, opt)
+    assert [f.get("whole", False) for f in _process(events.events).saves[0].files] == [True, False]
