@@ -48,7 +48,7 @@ JOBS = {
     "naive_train": Job("examples/naive_train.py", "examples/naive_train.py", ("--epochs", "3")),
     "lightning_train": Job("examples/lightning_train.py", "examples/lightning_train.py", ("--epochs", "3")),
     "train_job": Job("tests/jobs/train_job.py", "tests/jobs/train_job.py", ("--epochs", "3")),
-    "lightning_job": Job("tests/jobs/lightning_job.py", "tests/jobs/lightning_job.py", ("--epochs", "2")),
+    "lightning_job": Job("tests/jobs/lightning_job.py", "tests/jobs/lightning_job.py", ("--epochs", "3")),
     "ddp_job": Job("tests/jobs/ddp_job.py (2 ranks)", "tests/jobs/ddp_job.py", (), nproc=2),
 }
 
@@ -90,14 +90,16 @@ ROWS: List[Tuple[str, str, str, str, str]] = [
     ("train_job", "power-loss", "PASSED", "last-good", "fsync and directory fsync"),
     ("train_job", "eval-left-on", "FAILED", "last-good, eval-mode-in-training", "never calls model.train()"),
     ("train_job", "rank-epoch-skew", "PASSED", "last-good", SINGLE),
-    ("lightning_job", "kill9-mid-save", "FAILED", "scratch",
-     "save_last=True: killed in the first last.ckpt save, fit(ckpt_path='last') finds none and starts over"),
-    ("lightning_job", "enospc", "FAILED", "scratch", "the first last.ckpt save fails: no last.ckpt to resume from"),
+    ("lightning_job", "kill9-mid-save", "FAILED", "older, rng-not-restored",
+     "save_last=True: killed in checkpoint 2's last.ckpt, fit(ckpt_path='last') resumes from step 4 although "
+     "epoch=1-step=8.ckpt is complete; its loader's generator is not saved either"),
+    ("lightning_job", "enospc", "FAILED", "older, rng-not-restored",
+     "the failed last.ckpt save leaves the previous last.ckpt (step 4) while epoch=1-step=8.ckpt is complete"),
     ("lightning_job", "power-loss", "FAILED", "crashed, acknowledged-checkpoint-lost", LIGHTNING_FILE_OBJECT),
     ("lightning_job", "eval-left-on", "FAILED", "last-good, eval-mode-in-training",
      "Lightning keeps the mode a module is in (checked: it trained in eval mode); its loader's generator is not "
      "saved either"),
-    ("lightning_job", "rank-epoch-skew", "FAILED", "scratch", SINGLE),
+    ("lightning_job", "rank-epoch-skew", "FAILED", "older, rng-not-restored", SINGLE),
     ("ddp_job", "kill9-mid-save", "PASSED", "last-good", "rank 0 saves atomically; the epoch is in the checkpoint"),
     ("ddp_job", "enospc", "PASSED", "last-good", "rank 0 saves atomically"),
     ("ddp_job", "power-loss", "PASSED", "last-good", "fsync before the rename"),
