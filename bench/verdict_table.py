@@ -3,6 +3,7 @@
     python bench/verdict_table.py                       # every row, serially (about 20-30 minutes)
     python bench/verdict_table.py --only lightning      # the rows whose job or scenario contains a word
     python bench/verdict_table.py --markdown table.md   # also write the Markdown table to a file
+    python bench/verdict_table.py --frameworks          # the framework table: HF Trainer, Accelerate, DCP
 
 Each row runs the real ``chaosckpt run`` on a copy of the job in a scratch folder. The expected
 verdict and cause are what the job really does under the fault, established by reading the job
@@ -29,7 +30,8 @@ SCENARIOS = ("kill9-mid-save", "enospc", "power-loss", "eval-left-on", "rank-epo
 NODE_SCENARIOS = ("node-power-loss", "node-loss")
 """Scenarios of multi-node jobs (``--nnodes``): judged by tests/test_nodes.py on nodes of their own, not here."""
 
-EXPLAINING = ("resume-exited", "acknowledged-checkpoint-lost", "torn-checkpoint", "in-place-save", "ranks-disagree",
+EXPLAINING = ("resume-chose-incomplete", "resume-chose-dcp-without-metadata", "rotation-before-complete",
+              "resume-exited", "acknowledged-checkpoint-lost", "torn-checkpoint", "in-place-save", "ranks-disagree",
               "eval-mode-in-training", "rng-not-restored", "epoch-order-replayed", "epoch-order-differs",
               "step-count-differs", "sampler-overlap", "sampler-missing", "resume-hung")
 """Finding kinds that say why a trial failed, most telling first: the first one present is its cause."""
@@ -48,9 +50,21 @@ JOBS = {
     "naive_train": Job("examples/naive_train.py", "examples/naive_train.py", ("--epochs", "3")),
     "lightning_train": Job("examples/lightning_train.py", "examples/lightning_train.py", ("--epochs", "3")),
     "train_job": Job("tests/jobs/train_job.py", "tests/jobs/train_job.py", ("--epochs", "3")),
-    "lightning_job": Job("tests/jobs/lightning_job.py", "tests/jobs/lightning_job.py", ("--epochs", "2")),
+    "lightning_job": Job("tests/jobs/lightning_job.py", "tests/jobs/lightning_job.py", ("--epochs", "3")),
     "ddp_job": Job("tests/jobs/ddp_job.py (2 ranks)", "tests/jobs/ddp_job.py", (), nproc=2),
     "place_job": Job("tests/jobs/place_job.py", "tests/jobs/place_job.py", ()),
+}
+
+FRAMEWORK_JOBS = {
+    "hf_trainer": Job("tests/jobs/hf_trainer_job.py", "tests/jobs/hf_trainer_job.py", ()),
+    "hf_trainer_robust": Job("tests/jobs/hf_trainer_job.py --resume-complete", "tests/jobs/hf_trainer_job.py",
+                             ("--resume-complete",)),
+    "accelerate": Job("tests/jobs/accelerate_job.py", "tests/jobs/accelerate_job.py", ()),
+    "accelerate_robust": Job("tests/jobs/accelerate_job.py --total-limit 2 --resume-complete",
+                             "tests/jobs/accelerate_job.py", ("--total-limit", "2", "--resume-complete")),
+    "dcp": Job("tests/jobs/dcp_job.py (2 ranks)", "tests/jobs/dcp_job.py", (), nproc=2),
+    "dcp_robust": Job("tests/jobs/dcp_job.py --resume-complete (2 ranks)", "tests/jobs/dcp_job.py",
+                      ("--resume-complete",), nproc=2),
 }
 
 SINGLE = "rank-epoch-skew holds one rank mid-save while the others finish theirs; with one rank it is kill9-mid-save"
@@ -79,14 +93,16 @@ ROWS: List[Tuple[str, str, str, str, str]] = [
     ("train_job", "power-loss", "PASSED", "last-good", "fsync and directory fsync"),
     ("train_job", "eval-left-on", "FAILED", "last-good, eval-mode-in-training", "never calls model.train()"),
     ("train_job", "rank-epoch-skew", "PASSED", "last-good", SINGLE),
-    ("lightning_job", "kill9-mid-save", "FAILED", "scratch",
-     "save_last=True: killed in the first last.ckpt save, fit(ckpt_path='last') finds none and starts over"),
-    ("lightning_job", "enospc", "FAILED", "scratch", "the first last.ckpt save fails: no last.ckpt to resume from"),
+    ("lightning_job", "kill9-mid-save", "FAILED", "older, rng-not-restored",
+     "save_last=True: killed in checkpoint 2's last.ckpt, fit(ckpt_path='last') resumes from step 4 although "
+     "epoch=1-step=8.ckpt is complete; its loader's generator is not saved either"),
+    ("lightning_job", "enospc", "FAILED", "older, rng-not-restored",
+     "the failed last.ckpt save leaves the previous last.ckpt (step 4) while epoch=1-step=8.ckpt is complete"),
     ("lightning_job", "power-loss", "FAILED", "crashed, acknowledged-checkpoint-lost", LIGHTNING_FILE_OBJECT),
     ("lightning_job", "eval-left-on", "FAILED", "last-good, eval-mode-in-training",
      "Lightning keeps the mode a module is in (checked: it trained in eval mode); its loader's generator is not "
      "saved either"),
-    ("lightning_job", "rank-epoch-skew", "FAILED", "scratch", SINGLE),
+    ("lightning_job", "rank-epoch-skew", "FAILED", "older, rng-not-restored", SINGLE),
     ("ddp_job", "kill9-mid-save", "PASSED", "last-good", "rank 0 saves atomically; the epoch is in the checkpoint"),
     ("ddp_job", "enospc", "PASSED", "last-good", "rank 0 saves atomically"),
     ("ddp_job", "power-loss", "PASSED", "last-good", "fsync before the rename"),
@@ -98,6 +114,23 @@ ROWS: List[Tuple[str, str, str, str, str]] = [
     ("place_job", "eval-left-on", "PASSED", "last-good", "a linear model: eval mode computes the same"),
     ("place_job", "rank-epoch-skew", "PASSED", "last-good", SINGLE),
 ]
+
+FRAMEWORK_ROWS: List[Tuple[str, str, str, str, str]] = [
+    ("hf_trainer", "kill9-mid-save", "FAILED", "crashed, resume-chose-incomplete",
+     "resume_from_checkpoint=True takes checkpoint-8, left without trainer_state.json, over complete checkpoint-4"),
+    ("hf_trainer_robust", "kill9-mid-save", "PASSED", "last-good",
+     "resumes from the newest checkpoint-N/ holding trainer_state.json (written last)"),
+    ("accelerate", "kill9-mid-save", "FAILED", "crashed, rotation-before-complete",
+     "total_limit=1 deletes checkpoint_0 before checkpoint_1 is written; load_state() takes the torn one"),
+    ("accelerate_robust", "kill9-mid-save", "PASSED", "last-good",
+     "total_limit=2 keeps checkpoint_0; resumes from the newest folder holding its last file"),
+    ("dcp", "kill9-mid-save", "FAILED", "crashed, resume-chose-dcp-without-metadata",
+     "the resume takes step_8/, which the killed dcp.save left without .metadata, over complete step_4/"),
+    ("dcp_robust", "kill9-mid-save", "PASSED", "last-good",
+     "resumes from the newest folder holding .metadata; get_state_dict's lr-0 step is not a training step"),
+]
+"""The framework verdict table (``--frameworks``): the Hugging Face Trainer, Accelerate and DCP, each on its
+default checkpointing and on one robust configuration."""
 
 
 def cause(trial: Dict) -> str:
@@ -149,12 +182,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="", help="run only rows whose job or scenario contains this text")
     parser.add_argument("--markdown", type=Path, help="also write the Markdown table to this file")
+    parser.add_argument("--frameworks", action="store_true", help="the framework table (Trainer, Accelerate, DCP)")
     args = parser.parse_args(argv)
-    rows = [r for r in ROWS if args.only in r[0] or args.only in r[1] or args.only in JOBS[r[0]].path]
+    jobs = FRAMEWORK_JOBS if args.frameworks else JOBS
+    rows = [r for r in (FRAMEWORK_ROWS if args.frameworks else ROWS)
+            if args.only in r[0] or args.only in r[1] or args.only in jobs[r[0]].path]
     results = []
     with tempfile.TemporaryDirectory(prefix="verdict-table-") as tmp:
         for index, (key, scenario, expected, expected_cause, why) in enumerate(rows):
-            job = JOBS[key]
+            job = jobs[key]
             started = time.monotonic()
             got, got_cause, headline = run_row(job, scenario, Path(tmp) / str(index))
             right = got == expected and got_cause == expected_cause

@@ -266,6 +266,27 @@ def scan(obj: Any) -> Dict[str, Any]:
     }
 
 
+_MODEL_KEYS = ("state_dict", "model", "model_state_dict", "module", "net", "network")
+
+
+def whole(contents: Dict[str, Any]) -> bool:
+    """Whether one saved object is a whole training state (model and optimizer: a Lightning ``.ckpt``), so
+    that the file alone resumes training, unlike a Trainer's ``optimizer.pt``."""
+    names = {str(k["key"]).lower() for k in contents["keys"]}
+    return bool(contents["optimizer_states"]) and any(k in names for k in _MODEL_KEYS)
+
+
+def merge(parts: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
+    """One :func:`scan` result for a checkpoint written as several objects (a Trainer's model, optimizer
+    and RNG files): what any of them holds, the checkpoint holds."""
+    merged: Dict[str, Any] = {"bytes": 0, "tensors": 0, "keys": [], "bloat": [], "rng_states": [], "progress": [],
+                              "loader_states": [], "optimizer_states": []}
+    for part in parts:
+        for key, value in part.items():
+            merged[key] = merged[key] + value
+    return merged
+
+
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 

@@ -27,17 +27,23 @@ and ``pid``. The event types and their own fields:
                 places the same generator is held), and, on the first step of
                 the process and the first step after a load, ``digest`` (exact,
                 order-sensitive digest of all parameters).
-``save-begin``  a checkpoint save started. ``save`` (1-based index in this
-                process), ``step`` (optimizer steps completed), ``path`` (absolute;
-                a file object's name, or null; a directory for "dcp"), ``via``
-                ("path", "fileobj" or "dcp": torch.distributed.checkpoint.save),
-                ``digest`` (of the optimized parameters as they are being saved),
-                ``op`` (journal operations so far, when the journal is on),
-                ``content`` (findings about the saved object: view bloat, RNG
-                states missing for streams the loop draws from, no step).
-``save-end``    the save returned or raised. ``save``, ``ok``, ``bytes``,
-                ``writes``, ``error`` (one line, or null); ``ends`` (where each
-                write ended, in bytes) when the fault spec asks for them.
+``save-begin``  a checkpoint started: the first save call after a step. A
+                checkpoint is every save call between two steps (a Trainer's model,
+                optimizer, scheduler and RNG files). ``save`` (1-based index of the
+                checkpoint in this process), ``step`` (optimizer steps completed),
+                ``path`` (of its first call, absolute; a file object's name, or null;
+                a directory for "dcp"), ``via`` ("path", "fileobj" or "dcp":
+                torch.distributed.checkpoint.save), ``digest`` (of the optimized
+                parameters as they are being saved), ``op`` (journal operations so
+                far, when the journal is on).
+``save-file``   one save call of the checkpoint returned or raised. ``save``, ``path``,
+                ``via``, ``ok``, ``bytes``, ``writes``, ``error`` (one line, or null);
+                ``ends`` (where each write ended, in bytes) when the fault spec asks.
+``save-end``    the checkpoint ended: the next step began, or the process exits.
+                ``save``, ``ok`` (every call returned), ``bytes`` and ``writes`` (across
+                its calls), ``error`` (the first call's error, or null), ``content``
+                (findings about its objects taken together: view bloat, RNG states
+                missing for streams the loop draws from, no step).
 ``load``        ``torch.load`` returned or raised. ``path`` (or null), ``ok``,
                 ``error`` (one line, or null), ``keys`` (top-level keys of a dict).
 ``restore``     state was put back into the job. ``what`` ("module", "optimizer",
@@ -105,7 +111,7 @@ FAULT_FLAG_PREFIX = "fault."
 STOP_FLAG_PREFIX = "stop."
 """The agent creates ``stop.<pid>`` in the run directory when the job reached its horizon."""
 
-EVENT_TYPES = ("hello", "step", "save-begin", "save-end", "load", "restore", "fault", "op", "sampler", "stop",
+EVENT_TYPES = ("hello", "step", "save-begin", "save-file", "save-end", "load", "restore", "fault", "op", "sampler", "stop",
                "uncaught")
 
 Event = Dict[str, Any]

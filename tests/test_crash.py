@@ -147,3 +147,13 @@ def test_paths_outside_the_roots_are_not_materialized(fs, model):
     disk = crash.Disk.scan([ROOT])
     disk.apply({"op": "open", "path": "/tmp/x", "ino": ino(8), "created": True, "trunc": True, "size": 0})
     assert disk.after_crash(model) == []
+
+
+def test_materialize_makes_no_folder_the_crashed_run_never_made(fs):
+    """A checkpoint location the reference saved into but the faulted run never reached stays absent."""
+    fs.create_file("/w/out/checkpoint-4/model.pt", contents=b"weights")
+    entries = [crash.Entry("/w/out/checkpoint-4/model.pt", "/w/out/checkpoint-4/model.pt", 7)]
+    crash.materialize(entries, ["/w/out", "/w/out/checkpoint-8", "/w/late"])
+    assert os.listdir("/w/out") == ["checkpoint-4"]
+    assert not os.path.exists("/w/late")
+    assert open("/w/out/checkpoint-4/model.pt", "rb").read() == b"weights"

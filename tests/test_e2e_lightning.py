@@ -1,8 +1,9 @@
 """A Lightning job end to end: ModelCheckpoint(save_last=True) resumed with fit(ckpt_path="last").
 
 What the resume really does was established by hand (Lightning's own log lines, checked here too):
-killed in the first epoch's last.ckpt save, it finds no last.ckpt and starts from scratch although
-epoch=0-step=4.ckpt is complete; killed in a later epoch's checkpoint save, it restores last.ckpt.
+killed in the first epoch's last.ckpt save (the second file of checkpoint 1), it finds no last.ckpt and
+starts from scratch although epoch=0-step=4.ckpt is complete; killed in a later epoch's checkpoint, it
+restores last.ckpt.
 """
 
 from __future__ import annotations
@@ -33,14 +34,14 @@ def resume_log(t):
 
 
 def test_a_kill_in_the_first_last_ckpt_save_restarts_lightning_from_scratch(tmp_path):
-    rc, t = trial(tmp_path, "--", "--epochs", "2")
+    rc, t = trial(tmp_path, "-p", "save=1", "-p", "fraction=0.75", "--", "--epochs", "2")
     assert rc == 1 and t["outcome"] == "scratch" and t["last_good_step"] == 4
     assert "there is no last checkpoint available" in resume_log(t)  # Lightning says so itself
     assert t["headline"].startswith("FAILED kill9-mid-save: the resumed job restarted from scratch")
 
 
 def test_a_kill_in_a_later_save_resumes_lightning_from_last_ckpt_and_reproduces_it(tmp_path):
-    rc, t = trial(tmp_path, "-p", "save=3", "--", "--epochs", "2", "--no-shuffle")
+    rc, t = trial(tmp_path, "-p", "save=2", "-p", "fraction=0.25", "--", "--epochs", "2", "--no-shuffle")
     assert "Restored all states from the checkpoint" in resume_log(t)
     assert rc == 0, t["headline"]
     assert t["outcome"] == "last-good" and t["recovered_step"] == 4 and t["reproduced"] is True

@@ -18,10 +18,18 @@ def test_every_example_and_test_job_meets_every_scenario_once():
     jobs = {str(p.relative_to(REPO)) for p in [*(REPO / "examples").glob("*.py"), *(REPO / "tests" / "jobs").glob("*.py")]}
     assert set(table.SCENARIOS) | set(table.NODE_SCENARIOS) == scenarios
     scenarios -= set(table.NODE_SCENARIOS)
-    assert {j.path for j in table.JOBS.values()} == jobs
+    assert {j.path for j in [*table.JOBS.values(), *table.FRAMEWORK_JOBS.values()]} == jobs
     pairs = [(job, scenario) for job, scenario, *_ in table.ROWS]
     assert sorted(pairs) == sorted((job, s) for job in table.JOBS for s in scenarios)
     assert {expected for _, _, expected, _, _ in table.ROWS} <= {"PASSED", "FAILED"}
+
+
+def test_the_framework_table_has_each_framework_s_defect_and_a_robust_configuration():
+    rows = {job: (expected, cause) for job, _, expected, cause, _ in table.FRAMEWORK_ROWS}
+    assert set(rows) == set(table.FRAMEWORK_JOBS)
+    for job in rows:
+        if not job.endswith("_robust"):
+            assert rows[job][0] == "FAILED" and rows[job + "_robust"] == ("PASSED", "last-good")
 
 
 def test_the_cause_is_the_outcome_and_the_first_explaining_finding():

@@ -1,7 +1,9 @@
 """Faults the agent fires inside the job, armed by the conductor through ``CHAOSCKPT_FAULT``.
 
 A fault is a JSON object with a ``kind``, the ``save`` (1-based, counted in the
-process) it concerns, one placement, and optionally ``rank`` and ``track``:
+process: a checkpoint, every save call between two steps) it concerns, one placement,
+and optionally ``rank``, ``track`` and ``file`` (the file name within the checkpoint
+whose bytes ``at_byte`` / ``at_write`` count; else they count across the checkpoint):
 
 - ``halt``: hold the job still and raise a flag; the conductor SIGKILLs the whole
   tree. Placed at ``at_byte`` or before write ``at_write`` of the save, after
@@ -62,6 +64,7 @@ class ArmedFault:
     write_ends: bool = False
     """Report where each write of the save ended (``save-end``'s ``ends``): a suite rebuilds kills at any byte
     or write of it from one shared run."""
+    file: Optional[str] = None
 
     @classmethod
     def from_json(cls, spec: dict) -> "ArmedFault":

@@ -69,7 +69,7 @@ class Journal:
         """Preserve the data of ``path`` (its first ``length`` bytes, or all of it by hard link)."""
         with self._lock:
             self._keeps += 1
-            dest = os.path.join(self.keep_dir, f"{inode[1]}.{self._keeps}")
+            dest = os.path.join(self.keep_dir, f"{os.getpid()}.{inode[1]}.{self._keeps}")  # ranks share keep/
         if length is None:
             try:
                 _os_link(path, dest)
@@ -204,6 +204,16 @@ def _resolve(path: Any, dir_fd: Optional[int]) -> Optional[str]:
     return path
 
 
+def _default_buffer(raw: io.FileIO) -> int:
+    """The buffer ``open()`` gives this file by default: its block size, as CPython picks it, so that the job's
+    writes reach the disk in the same pieces and order as without the agent."""
+    try:
+        size = _os_fstat(raw.fileno()).st_blksize
+    except OSError:
+        return io.DEFAULT_BUFFER_SIZE
+    return size if size > 1 else io.DEFAULT_BUFFER_SIZE
+
+
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 
@@ -245,7 +255,7 @@ def install(journal: Journal) -> None:
             if "b" not in mode:
                 raise ValueError("can't have unbuffered text I/O")
             return raw
-        size = buffering if buffering > 1 else io.DEFAULT_BUFFER_SIZE
+        size = buffering if buffering > 1 else _default_buffer(raw)
         buffered = io.BufferedRandom(raw, size) if "+" in mode else io.BufferedWriter(raw, size)
         if "b" in mode:
             return buffered

@@ -20,9 +20,16 @@ import torch
 SAMPLES_PER_PARAM = 1024
 
 
+def local(tensor: torch.Tensor) -> torch.Tensor:
+    """The values this process holds: a DTensor's (FSDP2, tensor parallel) local shard, else the tensor."""
+    to_local = getattr(tensor, "to_local", None)
+    return to_local() if to_local is not None and type(tensor).__name__ == "DTensor" else tensor
+
+
 def crc_of_tensor(tensor: torch.Tensor, crc: int = 0) -> int:
-    """CRC-32 of a tensor's bytes, continuing from ``crc``; copies to the host only when it must."""
-    t = tensor.detach()
+    """CRC-32 of a tensor's bytes (a DTensor's local shard), continuing from ``crc``; copies to the host only
+    when it must."""
+    t = local(tensor).detach()
     if t.device.type != "cpu":
         t = t.cpu()
     if not t.is_contiguous():
@@ -49,7 +56,7 @@ def sample_fingerprint(params: Iterable[torch.Tensor]) -> Tuple[str, float]:
     sums = []
     with torch.no_grad():
         for p in params:
-            flat = p.detach().reshape(-1)
+            flat = local(p).detach().reshape(-1)
             n = flat.numel()
             if n == 0:
                 continue

@@ -16,46 +16,53 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from chaosckpt.agent import sampler
-from chaosckpt.agent.recorder import Recorder
+from chaosckpt.agent.recorder import Checkpoint, Recorder
 
 
 class CountingWriter:
-    """A file object for ``torch.save`` that counts writes and bytes and fires an armed fault."""
+    """A file object for ``torch.save`` that counts writes and bytes, for the call and across its checkpoint,
+    and fires an armed fault at its place in the checkpoint."""
 
-    def __init__(self, raw: Any, recorder: Recorder, save: int, path: Optional[str]) -> None:
+    def __init__(self, raw: Any, recorder: Recorder, checkpoint: Checkpoint, path: Optional[str]) -> None:
         self._raw = raw
         self._recorder = recorder
-        self._save = save
+        self._checkpoint = checkpoint
         self._path = path
         fault = recorder.fault
-        self._fault = fault if fault is not None and fault.save == save and fault.kind in ("halt", "enospc") else None
+        armed = fault is not None and fault.save == checkpoint.index and fault.kind in ("halt", "enospc")
+        if armed and fault.file is not None:
+            armed = path is not None and os.path.basename(path) == fault.file
+        self._fault = fault if armed else None
         self.writes = 0
         self.bytes = 0
-        self.ends: Optional[list] = [] if fault is not None and fault.save == save and fault.write_ends else None
+        self.ends: Optional[list] = [] if fault is not None and fault.save == checkpoint.index and fault.write_ends else None
 
     def write(self, data: Any) -> int:
         view = data if isinstance(data, memoryview) else memoryview(data)
         if view.format != "B" or view.ndim != 1:
             view = view.cast("B")
         size = view.nbytes
+        counted = self if self._fault is not None and self._fault.file is not None else self._checkpoint
         if self._fault is not None:
-            cut = self._fault.cut(self.writes, self.bytes, size)
+            cut = self._fault.cut(counted.writes, counted.bytes, size)
             if cut is not None:
-                self._fire(view[:cut])
+                self._fire(view[:cut], counted)
         self._raw.write(view)
         self.writes += 1
         self.bytes += size
         if self.ends is not None:
             self.ends.append(self.bytes)
+        self._checkpoint.writes += 1
+        self._checkpoint.bytes += size
         return size
 
-    def _fire(self, head: memoryview) -> None:
+    def _fire(self, head: memoryview, counted: Any) -> None:
         if head.nbytes:
             self._raw.write(head)
         self._raw.flush()
         self._recorder.fire(
-            write=self.writes + 1,
-            bytes=self.bytes + head.nbytes,
+            write=counted.writes + 1,
+            bytes=counted.bytes + head.nbytes,
             path=None if self._path is None else os.path.abspath(self._path),
         )
 
@@ -127,8 +134,13 @@ def install(rec: Recorder) -> None:
 
     def make_save(original):
         def save(obj, f, *args, **kwargs):
-            if not rec.enabled or rec.saving:
+            if not rec.enabled:
                 return original(obj, f, *args, **kwargs)
+            if rec.saving:
+                if rec.saving_via != "dcp" or rec.checkpoint is None or _is_path(f):
+                    return original(obj, f, *args, **kwargs)
+                # one tensor of a DCP save, into the shard file its writer opened (in its writer threads too)
+                return original(obj, CountingWriter(f, rec, rec.checkpoint, rec.saving_path), *args, **kwargs)
             path = os.fspath(f) if _is_path(f) else None
             if path is not None and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
                 return original(obj, f, *args, **kwargs)  # let torch raise its own error
@@ -137,10 +149,10 @@ def install(rec: Recorder) -> None:
             with rec.recording_save(name, "path" if path is not None else "fileobj", obj) as save:
                 if path is not None:
                     with open(path, "wb") as raw:
-                        save.writer = CountingWriter(raw, rec, save.index, path)
+                        save.writer = CountingWriter(raw, rec, save.checkpoint, path)
                         original(obj, save.writer, *args, **kwargs)
                 else:
-                    save.writer = CountingWriter(f, rec, save.index, name)
+                    save.writer = CountingWriter(f, rec, save.checkpoint, name)
                     original(obj, save.writer, *args, **kwargs)
         return save
 
@@ -190,7 +202,8 @@ def install(rec: Recorder) -> None:
 
 
 def install_dcp(rec: Recorder) -> None:
-    """Record ``torch.distributed.checkpoint.save`` calls as saves of their checkpoint directory."""
+    """Record ``torch.distributed.checkpoint.save`` calls as saves of their checkpoint directory, and its
+    ``load`` calls as loads of it."""
     import torch.distributed.checkpoint as dcp
 
     def make_save(original):
@@ -203,4 +216,37 @@ def install_dcp(rec: Recorder) -> None:
                 return original(state_dict, *args, **kwargs)
         return save
 
+    def make_load(original):
+        def load(state_dict, *args, **kwargs):
+            if not rec.enabled:
+                return original(state_dict, *args, **kwargs)
+            target = kwargs.get("checkpoint_id") or getattr(kwargs.get("storage_reader"), "path", None)
+            path = os.fspath(target) if _is_path(target) else None
+            try:
+                result = original(state_dict, *args, **kwargs)
+            except BaseException as exc:
+                rec.loaded(path, None, exc)
+                raise
+            rec.loaded(path, None, None)
+            return result
+        return load
+
     _patch(dcp, "save", make_save)
+    _patch(dcp, "load", make_load)
+
+
+def install_dcp_state_dict(rec: Recorder) -> None:
+    """``get_state_dict`` initialises an empty optimizer's state with one step at learning rate 0: a hidden
+    step, not a training step."""
+    import torch.distributed.checkpoint.state_dict as state_dict
+
+    def make_init(original):
+        def init(optim, *args, **kwargs):
+            rec.hidden_steps += 1
+            try:
+                return original(optim, *args, **kwargs)
+            finally:
+                rec.hidden_steps -= 1
+        return init
+
+    _patch(state_dict, "_init_optim_state", make_init)

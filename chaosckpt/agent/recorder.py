@@ -49,6 +49,10 @@ class Recorder:
         self._fetch_rng: Optional[Dict[str, str]] = None
         self._scaled: Dict[int, torch.Tensor] = {}
         self._need_digest = True
+        self.checkpoint: Optional[Checkpoint] = None  # open from a checkpoint's first save call to the next step
+        self.saving_via: Optional[str] = None
+        self.saving_path: Optional[str] = None
+        self.hidden_steps = 0  # inside get_state_dict's optimizer state initialisation: its step is no training step
         self.saving = False  # inside a save: saves it makes itself (DCP's items) are part of it
         self.journal: Optional["Journal"] = None
         self.streams = Streams()
@@ -67,6 +71,12 @@ class Recorder:
             faults.halt(self.writer, **fields)
         self.emit("fault", **fields)
         raise faults.disk_full_error()
+
+    def at_exit(self) -> None:
+        """The process exits: its open checkpoint is as complete as it will get; a pending halt fires now."""
+        if self.enabled:
+            self.guarded(self.close_checkpoint)
+        self.fire_pending()
 
     def fire_pending(self) -> None:
         """Halt now if a save that was to be followed by a crash has returned."""
@@ -130,8 +140,9 @@ class Recorder:
 
     def on_step(self, optimizer: torch.optim.Optimizer) -> None:
         """Optimizer pre-step hook: the state the step starts from (digest, RNG, modes) of the primary optimizer."""
-        if not self.enabled:
+        if not self.enabled or self.hidden_steps:
             return
+        self.guarded(self.close_checkpoint)
         self.fire_pending()
         if self._primary is None or self._primary() is None:
             self._primary = weakref.ref(optimizer)
@@ -145,7 +156,7 @@ class Recorder:
 
     def on_step_end(self, optimizer: torch.optim.Optimizer) -> None:
         """Optimizer post-step hook: the step is known now, with the losses its closure computed (Lightning, LBFGS)."""
-        if self.enabled and self._primary is not None and self._primary() is optimizer:
+        if self.enabled and not self.hidden_steps and self._primary is not None and self._primary() is optimizer:
             self._end_step()
 
     def _end_step(self) -> None:
@@ -204,17 +215,29 @@ class Recorder:
                 return index
         return -1
 
-    def save_begin(self, path: Optional[str], via: str, obj: object = None) -> int:
+    def save_begin(self, path: Optional[str], via: str, obj: object = None) -> "Checkpoint":
+        """A save call begins: part of the open checkpoint, or the first of a new one (a step since the last)."""
         self.fire_pending()
         self.saving = True
+        self.saving_via, self.saving_path = via, None if path is None else os.path.abspath(path)
+        if self.checkpoint is None:
+            self._open_checkpoint(path, via)
+        ckpt = self.checkpoint
+        ckpt.whole = False
+        if obj is not None and self.step:
+            self.guarded(self._look_into, obj, ckpt)
+        if path is not None and via != "dcp":
+            ckpt.folders.add(os.path.dirname(os.path.abspath(path)))
+        if self.journal is not None and path is not None:
+            self.journal.track(path if via == "dcp" else os.path.dirname(os.path.abspath(path)))
+        return ckpt
+
+    def _open_checkpoint(self, path: Optional[str], via: str) -> None:
         self._save_began = time.time()
         self.saves += 1
+        self.checkpoint = Checkpoint(self.saves)
         fields: Dict[str, object] = {}
-        if obj is not None and self.step:
-            self.guarded(self._look_into, obj, fields)
         if self.journal is not None:
-            if path is not None:
-                self.journal.track(path if via == "dcp" else os.path.dirname(os.path.abspath(path)))
             fields["op"] = self.journal.ops
         self.emit(
             "save-begin",
@@ -233,7 +256,6 @@ class Recorder:
             elif fault.at_op is not None:
                 self._op_base = self.journal.ops
                 self.journal.on_op = self._count_op
-        return self.saves
 
     def _digest(self) -> str:
         try:
@@ -241,18 +263,29 @@ class Recorder:
         except Exception:  # parameters it cannot read (a sharded tensor): the save is still recorded
             return "unavailable"
 
-    def _look_into(self, obj: object, fields: Dict[str, object]) -> None:
-        """What the saved object holds, against the streams the loop draws from (view bloat, RNG states)."""
+    def _look_into(self, obj: object, ckpt: "Checkpoint") -> None:
+        """What the saved object holds: judged with the checkpoint's other objects when the checkpoint ends."""
         from chaosckpt import checkpoint_content  # at the first save, not in every process's start-up
 
-        found = checkpoint_content.analyse(obj, streams=sorted(self._drawn))["findings"]
-        if found:
-            fields["content"] = found
+        scan = checkpoint_content.scan(obj)
+        ckpt.scans.append(scan)
+        ckpt.whole = checkpoint_content.whole(scan)
+
+    def _judge(self, ckpt: "Checkpoint") -> List[object]:
+        """Findings about the whole checkpoint against the streams the loop draws from (view bloat, RNG states)."""
+        from chaosckpt import checkpoint_content
+
+        if not ckpt.scans:
+            return []
+        scans = ckpt.scans + [checkpoint_content.scan(state) for state in _json_states(ckpt.folders, self._save_began)]
+        return checkpoint_content.findings(checkpoint_content.merge(scans), streams=sorted(self._drawn))
 
     @contextlib.contextmanager
     def recording_save(self, path: Optional[str], via: str, obj: object) -> Iterator["_Save"]:
-        """``save-begin`` now, ``save-end`` with the writer's counts and any error however the save ends."""
-        save = _Save(self.save_begin(path, via, obj))
+        """One save call of the open checkpoint; ``save-file`` with its counts and any error however it ends."""
+        ckpt = self.save_begin(path, via, obj)
+        save = _Save(ckpt)
+        base = (ckpt.bytes, ckpt.writes)
         error: Optional[BaseException] = None
         try:
             yield save
@@ -261,26 +294,44 @@ class Recorder:
             raise
         finally:
             writer = save.writer
-            self.save_end(save.index, writer.bytes if writer else 0, writer.writes if writer else 0, error,
-                          writer.ends if writer else None)
+            counts = (writer.bytes, writer.writes) if writer else (ckpt.bytes - base[0], ckpt.writes - base[1])
+            self.save_end(ckpt, path, via, *counts, error, writer.ends if writer else None)
 
-    def save_end(self, save: int, nbytes: int, writes: int, error: Optional[BaseException],
-                 ends: Optional[list] = None) -> None:
+    def save_end(self, ckpt: "Checkpoint", path: Optional[str], via: str, nbytes: int, writes: int,
+                 error: Optional[BaseException], ends: Optional[list] = None) -> None:
         self.saving = False
-        extra = {} if ends is None else {"ends": ends}
+        self.saving_via = self.saving_path = None
+        if error is not None and ckpt.error is None:
+            ckpt.error = _one_line(error)
         self.emit(
-            "save-end",
-            save=save,
+            "save-file",
+            save=ckpt.index,
+            path=None if path is None else os.path.abspath(path),
+            via=via,
             ok=error is None,
             bytes=nbytes,
             writes=writes,
             error=None if error is None else _one_line(error),
-            **extra,
+            **({"whole": True} if ckpt.whole else {}),
+            **({} if ends is None else {"ends": ends}),
         )
+
+    def close_checkpoint(self) -> None:
+        """The burst of saves ended (a step began, or the process exits): the checkpoint is complete as written."""
+        ckpt, self.checkpoint = self.checkpoint, None
+        if ckpt is None:
+            return
+        content: List[object] = []
+        try:
+            content = self._judge(ckpt)
+        except Exception:  # an object it cannot judge: the checkpoint is still recorded
+            pass
+        self.emit("save-end", save=ckpt.index, ok=ckpt.error is None, bytes=ckpt.bytes, writes=ckpt.writes,
+                  error=ckpt.error, **({"content": content} if content else {}))
         if self.horizon is not None:
-            self.horizon.saved(save, self.step, self._save_began)
+            self.horizon.saved(ckpt.index, self.step, self._save_began)
         fault = self.fault
-        if fault is not None and fault.after_save and fault.save == save and error is None:
+        if fault is not None and fault.after_save and fault.save == ckpt.index and ckpt.error is None:
             self._halt_pending = {"after_save": True, "step": self.step}
 
     def loaded(self, path: Optional[str], result: object, error: Optional[BaseException]) -> None:
@@ -311,6 +362,7 @@ class Recorder:
         import traceback
 
         frames = traceback.extract_tb(exc.__traceback__)[-30:]
+        self.close_checkpoint()
         self.emit("uncaught", exc=type(exc).__name__, error=_one_line(exc), step=self.step,
                   frames=[{"file": f.filename, "line": f.lineno, "func": f.name} for f in frames])
 
@@ -329,12 +381,52 @@ class Recorder:
         )
 
 
-class _Save:
-    """One save in progress: its index, and the counting writer once there is one (none for DCP)."""
+class Checkpoint:
+    """The checkpoint being written: every save call between two steps, with its bytes and writes counted across them."""
 
     def __init__(self, index: int) -> None:
         self.index = index
+        self.bytes = 0
+        self.writes = 0
+        self.error: Optional[str] = None
+        self.scans: List[Dict[str, object]] = []
+        self.whole = False  # the current call saves a whole training state (model and optimizer) in one file
+        self.folders: set = set()  # where its files went: JSON state written beside them is part of it
+
+
+class _Save:
+    """One save call in progress: its checkpoint's index, and the counting writer once there is one (none for DCP)."""
+
+    def __init__(self, checkpoint: Checkpoint) -> None:
+        self.checkpoint = checkpoint
         self.writer = None
+
+
+JSON_STATE_LIMIT = 1 << 20
+
+
+def _json_states(folders: set, since: float) -> List[object]:
+    """The JSON files written into the checkpoint's folders since it began (a Trainer's trainer_state.json):
+    their step counters are part of the checkpoint."""
+    import json
+
+    states = []
+    for folder in sorted(folders):
+        try:
+            names = sorted(n for n in os.listdir(folder) if n.endswith(".json"))
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(folder, name)
+            try:
+                st = os.stat(path)
+                if st.st_mtime < since - 1 or st.st_size > JSON_STATE_LIMIT:
+                    continue
+                with open(path, encoding="utf-8") as f:
+                    states.append(json.load(f))
+            except (OSError, ValueError):
+                continue
+    return states
 
 
 def _env_int(name: str) -> Optional[int]:

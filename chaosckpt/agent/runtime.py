@@ -101,14 +101,15 @@ def _install() -> None:
     rec = Recorder(EventWriter(run_dir, rank), rank, fault, Horizon(json.loads(stop)) if stop else None)
     interpose.install(rec)
     when_imported("torch.distributed.checkpoint", lambda: interpose.install_dcp(rec))
-    if rec.fault is not None and rec.fault.track is not None:
+    when_imported("torch.distributed.checkpoint.state_dict", lambda: interpose.install_dcp_state_dict(rec))
+    if fault is not None and fault.track is not None:  # every rank journals its files, not just the faulted one
         import tempfile
 
-        tracked = [*rec.fault.track, tempfile.gettempdir()]  # the job's own, which chaosckpt put in its sandbox
+        tracked = [*fault.track, tempfile.gettempdir()]  # the job's own, which chaosckpt put in its sandbox
         rec.journal = fileops.Journal(rec.emit, tracked, os.path.join(run_dir, "keep"))
         fileops.install(rec.journal)
     os.register_at_fork(after_in_child=rec.disable)
-    atexit.register(rec.fire_pending)
+    atexit.register(rec.at_exit)
     previous_hook = sys.excepthook
 
     def excepthook(kind, value, tb):

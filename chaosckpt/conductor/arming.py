@@ -8,11 +8,12 @@ durability journal watches them in the faulted run.
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from typing import Dict, List, Optional
 
-from chaosckpt.conductor.runlog import RunLog
-from chaosckpt.conductor.scenario import Scenario
+from chaosckpt.conductor.runlog import RunLog, Save
+from chaosckpt.conductor.scenario import Scenario, Trigger
 
 AGENT_KIND = {"kill": "halt", "enospc": "enospc", "power-loss": "halt", "eval-left-on": "halt"}
 
@@ -21,15 +22,26 @@ class NotArmable(Exception):
     """The reference run shows the fault can never fire (the job saves too rarely, the save is too short)."""
 
 
+_NUMBERED = re.compile(r".*\d$")
+
+
+def location(path: str) -> str:
+    """The directory that holds checkpoints for a file saved at ``path``: its folder, or for a numbered
+    per-checkpoint folder (``checkpoint-8/``, ``checkpoint_2/``, ``step_40/``) the folder above it, so that
+    the folders the job creates later are watched too."""
+    folder = os.path.dirname(path)
+    return os.path.dirname(folder) if _NUMBERED.fullmatch(os.path.basename(folder)) else folder
+
+
 def checkpoint_dirs(reference: RunLog, extra: List[str]) -> List[str]:
     """Directories the job saved checkpoints into, relative to its working directory, plus ``extra``."""
     found: List[str] = []
     for proc in reference.processes:
         cwd = (proc.hello or {}).get("cwd")
-        for save in proc.saves:
-            if save.path is None or cwd is None:
+        for path in proc.paths():
+            if cwd is None:
                 continue
-            rel = os.path.relpath(os.path.dirname(save.path), cwd)
+            rel = os.path.relpath(location(path), cwd)
             if not rel.startswith("..") and rel not in found:
                 found.append(rel)
     for rel in extra:
@@ -63,6 +75,8 @@ def arm(scenario: Scenario, reference: RunLog, track: Optional[List[str]], sweep
     elif trigger.free_bytes is not None:
         fault["kind"] = "disk-full"
         fault["free_bytes"] = trigger.free_bytes
+    elif trigger.file is not None:
+        fault.update(placed_in_file(trigger, target))
     elif trigger.write is not None:
         if trigger.write > target.writes:
             raise NotArmable(f"save {trigger.save} makes {target.writes} writes; --param write={trigger.write} is past its end")
@@ -75,6 +89,22 @@ def arm(scenario: Scenario, reference: RunLog, track: Optional[List[str]], sweep
 def tracked(roots: List[str]) -> List[str]:
     """The directories the journal watches: the checkpoint directories and the temporary one."""
     return [*roots, tempfile.gettempdir()]
+
+
+def placed_in_file(trigger: Trigger, target: Save) -> Dict:
+    """``at_byte`` / ``at_write`` counted in the checkpoint's file named ``trigger.file``."""
+    files = [f for f in target.files if f.get("path") and os.path.basename(f["path"]) == trigger.file]
+    if not files:
+        names = sorted({os.path.basename(f["path"]) for f in target.files if f.get("path")})
+        raise NotArmable(f"--param file={trigger.file}: save {trigger.save} writes no file of that name "
+                         f"(it writes {', '.join(names) or 'no named file'})")
+    size, writes = files[0]["bytes"], files[0]["writes"]
+    if trigger.write is not None:
+        if trigger.write > writes:
+            raise NotArmable(f"{trigger.file} in save {trigger.save} takes {writes} writes; "
+                             f"--param write={trigger.write} is past its end")
+        return {"file": trigger.file, "at_write": trigger.write}
+    return {"file": trigger.file, "at_byte": min(int(size * trigger.fraction), max(size - 1, 0))}
 
 
 def full_bytes(reference: RunLog, save: int) -> int:

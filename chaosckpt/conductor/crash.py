@@ -216,7 +216,8 @@ class Disk:
 
 
 def materialize(entries: List[Entry], roots: Iterable[str], target_of=lambda p: p) -> None:
-    """Rewrite the roots to hold exactly ``entries`` (each at ``target_of(path)``)."""
+    """Rewrite the roots to hold exactly ``entries`` (each at ``target_of(path)``); a root that is not there and
+    holds no entry stays absent: no folder the crashed run never made."""
     blobs = []
     for entry in entries:
         data = b""
@@ -225,10 +226,13 @@ def materialize(entries: List[Entry], roots: Iterable[str], target_of=lambda p: 
                 data = f.read(entry.length)
         blobs.append((target_of(entry.path), data))
     for root in roots:
-        target = Path(target_of(os.path.abspath(root)))
-        if target.exists():
+        root = os.path.abspath(root)
+        target = Path(target_of(root))
+        existed = target.exists()
+        if existed:
             shutil.rmtree(target)
-        target.mkdir(parents=True)
+        if existed or any(e.path.startswith(root + os.sep) for e in entries):
+            target.mkdir(parents=True)
     for path, data in blobs:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         with open(path, "wb") as f:

@@ -13,7 +13,7 @@ Event = Dict[str, Any]
 
 @dataclass
 class Save:
-    """One checkpoint save as the agent saw it."""
+    """One checkpoint as the agent saw it: every save call the job made between two steps."""
 
     index: int
     step: int
@@ -21,7 +21,8 @@ class Save:
     digest: str
     ts: float
     op: Optional[int] = None  # journal operations before the save began, when the journal was on
-    content: List[Event] = field(default_factory=list)  # the agent's findings about the saved object
+    content: List[Event] = field(default_factory=list)  # the agent's findings about the checkpoint's objects
+    files: List[Event] = field(default_factory=list)  # ``save-file`` events: one per save call that returned
     ok: Optional[bool] = None  # None: the save never returned (the process died inside it)
     bytes: int = 0
     writes: int = 0
@@ -53,6 +54,15 @@ class ProcessLog:
     def first_digest(self) -> Optional[str]:
         return self.steps[0].get("digest") if self.steps else None
 
+    def paths(self) -> List[str]:
+        """Every file (or DCP folder) the job saved to, in the order of its first save there."""
+        out: List[str] = []
+        for save in self.saves:
+            for path in [save.path, *(f.get("path") for f in save.files)]:
+                if path is not None and path not in out:
+                    out.append(path)
+        return out
+
     def completed_saves(self, before: Optional[float] = None) -> List[Save]:
         return [s for s in self.saves if s.ok and (before is None or s.ts <= before)]
 
@@ -69,13 +79,17 @@ def _process(events: List[Event]) -> ProcessLog:
             log.steps.append(e)
         elif kind == "save-begin":
             save = Save(index=e["save"], step=e["step"], path=e.get("path"), digest=e["digest"], ts=e["ts"],
-                        op=e.get("op"), content=e.get("content", []))
+                        op=e.get("op"))
             by_index[save.index] = save
             log.saves.append(save)
         elif kind == "save-end" and e["save"] in by_index:
             save = by_index[e["save"]]
             save.ok, save.bytes, save.writes, save.error = e["ok"], e["bytes"], e["writes"], e.get("error")
-            save.ends = e.get("ends")
+            save.content = e.get("content", [])
+        elif kind == "save-file" and e["save"] in by_index:
+            save = by_index[e["save"]]
+            save.files.append(e)
+            save.ends = e.get("ends") if len(save.files) == 1 else None  # a shared run rebuilds one-file checkpoints
         elif kind == "load":
             log.loads.append(e)
         elif kind == "restore":

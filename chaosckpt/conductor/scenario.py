@@ -25,8 +25,8 @@ PLACEMENT_KEYS = ("save", "step", "after")
 """Which save a fault concerns: its number (negative: counted from the reference's end), the first save
 at or after a step, or the first save at or after a wall-clock time into the run."""
 TRIGGER_KEYS = {
-    "kill": (*PLACEMENT_KEYS, "fraction", "write", "node"),
-    "enospc": (*PLACEMENT_KEYS, "fraction", "write", "free_bytes"),
+    "kill": (*PLACEMENT_KEYS, "fraction", "write", "node", "file"),
+    "enospc": (*PLACEMENT_KEYS, "fraction", "write", "free_bytes", "file"),
     "power-loss": (*PLACEMENT_KEYS, "op", "model", "node"),
     "eval-left-on": PLACEMENT_KEYS,
     "rank-skew": (*PLACEMENT_KEYS, "fraction", "write", "rank", "variant", "offset"),
@@ -71,6 +71,9 @@ class Trigger:
     """Instead of ``save``: the first save at or after this time into the reference run (``90s``, ``45m``, ``2h``)."""
     fraction: float = 0.5
     write: int | None = None
+    file: str | None = None
+    """The name of one file of the checkpoint that ``fraction`` / ``write`` count in; else they count
+    across all the checkpoint's files."""
     free_bytes: int | None = None
     op: int | None = None
     model: str = "ordered"
@@ -96,6 +99,8 @@ class Trigger:
             raise UsageError(f"{where}: trigger.step and trigger.after both place the fault; give one of them")
         if not isinstance(self.fraction, (int, float)) or isinstance(self.fraction, bool) or not 0 <= self.fraction < 1:
             raise UsageError(f"{where}: trigger.fraction must be a number in [0, 1), got {shown(self.fraction)}")
+        if self.file is not None and (not isinstance(self.file, str) or not self.file or "/" in self.file):
+            raise UsageError(f"{where}: trigger.file must be a file name such as optimizer.pt, got {shown(self.file)}")
         for key, least in (("write", 1), ("free_bytes", 0), ("op", 0)):
             value = getattr(self, key)
             if value is not None and not _whole(value, least):

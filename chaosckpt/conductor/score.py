@@ -278,6 +278,13 @@ def tail_line(path: Path, limit: int = 300) -> str:
     return logcap.last_line(path, limit)
 
 
+def crash_line(log: RunLog, stderr: Path) -> str:
+    """Why a run crashed, in the failing process's own words: the first exception a process ended on (a
+    rank's, not torchrun's banner after it), else the log's last line."""
+    ended = sorted((p.uncaught for p in log.processes if p.uncaught is not None), key=lambda e: e["ts"])
+    return ended[0]["error"] if ended else tail_line(stderr)
+
+
 def fault_point(faulted: RunLog) -> Tuple[Optional[ProcessLog], Optional[int]]:
     """The process the fault fired in, and the global step it had reached at that moment."""
     for proc in faulted.processes:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional
 
-from chaosckpt.conductor import ranks, score
+from chaosckpt.conductor import checkpoints, ranks, score
 from chaosckpt.conductor.launcher import RunResult
 from chaosckpt.conductor.result import Finding
 from chaosckpt.conductor.runlog import ProcessLog, RunLog
@@ -29,11 +30,14 @@ class Faulted:
     step: Optional[int]
     """The global step that process had reached when the fault fired."""
     completed: list
-    """The saves that process completed before the fault."""
+    """The checkpoints that process completed before the fault."""
+    gone: list = dataclasses.field(default_factory=list)
+    """Those of them the job had deleted when the fault hit: no longer good."""
 
     @property
     def last_good(self) -> Optional[int]:
-        return self.completed[-1].step if self.completed else None
+        good = [s for s in self.completed if s not in self.gone]
+        return good[-1].step if good else None
 
     @property
     def carried_on(self) -> bool:
@@ -58,7 +62,8 @@ def faulted(ctx: Context, armed: Armed, reference: RunLog) -> Faulted:
             f"{fault['save']}; its saves differ from the uninterrupted run's",
         )
     event = proc.fault
-    run = Faulted(result, log, proc, step, proc.completed_saves(before=event["ts"]))
+    completed = proc.completed_saves(before=event["ts"]) + checkpoints.good_part(checkpoints.interrupted_save(proc))
+    run = Faulted(result, log, proc, step, completed, checkpoints.gone(completed))
     ctx.trial.last_good_step = run.last_good
     ctx.trial.fault = {
         "kind": event["fault"],
@@ -73,12 +78,8 @@ def faulted(ctx: Context, armed: Armed, reference: RunLog) -> Faulted:
 
 def files_after_fault(ctx: Context, proc: ProcessLog, work: Path) -> dict:
     """Size on disk (or null: missing) of every file the job saved to, as the fault left them."""
-    files = {}
-    for save in proc.saves:
-        if save.path is not None:
-            path = ctx.host_path(save.path, work)
-            files[rel(save.path, work)] = os.path.getsize(path) if os.path.exists(path) else None
-    return files
+    return {rel(path, work): os.path.getsize(host) if os.path.exists(host) else None
+            for path, host in ((p, ctx.host_path(p, work)) for p in proc.paths())}
 
 
 def save_damage(ctx: Context, run: Faulted, armed: Armed) -> List[Finding]:
@@ -94,7 +95,7 @@ def save_damage(ctx: Context, run: Faulted, armed: Armed) -> List[Finding]:
         return []  # the resume did not trip over the file the interrupted save was writing
     findings = []
     left = trial.fault["files"].get(path)
-    if left is not None and left < armed.full_bytes and os.path.exists(ctx.host_path(broken[0].path, work)):
+    if left is not None and left < armed.full_bytes and os.path.isfile(ctx.host_path(broken[0].path, work)):
         findings.append(
             Finding(
                 "torn-checkpoint",
@@ -114,3 +115,11 @@ def save_damage(ctx: Context, run: Faulted, armed: Armed) -> List[Finding]:
             )
         )
     return findings
+
+
+def checkpoint_findings(run: Faulted, resume: RunLog, error: Optional[str], name) -> List[Finding]:
+    """What the job's rotation and its resume did with complete and incomplete checkpoints."""
+    interrupted = checkpoints.interrupted_save(run.proc)
+    found = [checkpoints.rotation_finding(run.completed, run.gone, interrupted, name),
+             checkpoints.chose_incomplete(interrupted, run.completed, run.gone, resume, error, name)]
+    return [f for f in found if f is not None]

@@ -11,7 +11,7 @@ from chaosckpt.conductor.runlog import ProcessLog, RunLog
 from chaosckpt.conductor.trial.aftermath import lost_checkpoint
 from chaosckpt.conductor.trial.arm import Armed
 from chaosckpt.conductor.trial.context import Context, rel
-from chaosckpt.conductor.trial.faulted import Faulted, save_damage
+from chaosckpt.conductor.trial.faulted import Faulted, checkpoint_findings, save_damage
 from chaosckpt.conductor.trial.options import Stop
 from chaosckpt.conductor.trial.resume import Resumed
 
@@ -34,7 +34,8 @@ def recovered(ctx: Context, ref: ProcessLog, armed: Armed, run: Faulted, resumed
     trial = ctx.trial
     table = score.digest_table(run.proc, run.log.trainer(), ref)
     result = resumed.result
-    rec = score.recovery(resumed.log, result.returncode, score.tail_line(result.stderr), run.last_good, table)
+    crash = score.crash_line(resumed.log, result.stderr)
+    rec = score.recovery(resumed.log, result.returncode, crash, run.last_good, table)
     trial.outcome = rec.outcome
     trial.recovered_step = rec.recovered_step
     trial.error = rec.error
@@ -44,6 +45,7 @@ def recovered(ctx: Context, ref: ProcessLog, armed: Armed, run: Faulted, resumed
     elif rec.outcome == "crashed":
         trial.lost_steps = run.step
     trial.findings.extend(save_damage(ctx, run, armed))
+    trial.findings.extend(checkpoint_findings(run, resumed.log, rec.error, lambda p: rel(p, armed.work) or p))
     if armed.disk is not None and ctx.scenario.fault == "power-loss" and run.completed and rec.outcome != "last-good":
         trial.findings.append(lost_checkpoint(ctx, run.completed[-1], run.log.ops(), armed))
     if armed.disk is not None and ctx.scenario.fault == "power-loss" and run.completed:
@@ -81,7 +83,7 @@ def compare(ctx: Context, ref: ProcessLog, run: ProcessLog, start: int) -> None:
 def _ranks(ctx: Context, reference: RunLog, run: Faulted, resumed: Resumed) -> bool:
     """Per-rank verdicts and data coverage; a resume that hung is inconclusive unless the ranks explain it."""
     trial, result = ctx.trial, resumed.result
-    ok = ranks.judge(trial, reference, run.log, resumed.log, result.returncode, score.tail_line(result.stderr),
+    ok = ranks.judge(trial, reference, run.log, resumed.log, result.returncode, score.crash_line(resumed.log, result.stderr),
                      ctx.opts.tolerance)
     if result.timed_out:
         if ok:
@@ -98,7 +100,7 @@ def _exited(ctx: Context, resumed: Resumed) -> Optional[Finding]:
     if result.timed_out or result.stopped or trial.outcome == "crashed":
         return None
     starts = {r["rank"]: r["recovered_step"] for r in trial.ranks} if trial.ranks else {0: trial.recovered_step}
-    exited = exits.resume_exit(resumed.log, result.returncode, starts, score.tail_line(result.stderr))
+    exited = exits.resume_exit(resumed.log, result.returncode, starts, score.crash_line(resumed.log, result.stderr))
     if exited is not None:
         trial.findings.insert(0, exited)
     return exited

@@ -1,0 +1,76 @@
+"""A small Accelerate job: save_state every few steps with automatic checkpoint naming and total_limit,
+resumed with load_state().
+
+Tiny model, synthetic data, CPU, deterministic. Accelerate deletes the oldest folder *before* writing the
+new one, so with ``--total-limit 1`` a kill in a save leaves no complete checkpoint; ``load_state()`` takes
+the newest folder whether complete or not. ``--total-limit 2 --resume-complete`` (the robust configuration)
+keeps the previous checkpoint while the new one is written and resumes from the newest folder whose
+last file (the custom state, ``custom_checkpoint_0.pkl``) exists, removing the incomplete one.
+"""
+
+import argparse
+import glob
+import os
+import shutil
+
+import torch
+from accelerate import Accelerator
+from accelerate.utils import ProjectConfiguration, set_seed
+from torch.utils.data import DataLoader, TensorDataset
+
+p = argparse.ArgumentParser()
+p.add_argument("--steps", type=int, default=12)
+p.add_argument("--every", type=int, default=4)
+p.add_argument("--total-limit", type=int, default=1)
+p.add_argument("--resume-complete", action="store_true", help="resume from the newest complete checkpoint folder")
+
+
+class Progress:
+    def __init__(self):
+        self.step = 0
+
+    def state_dict(self):
+        return {"step": self.step}
+
+    def load_state_dict(self, state):
+        self.step = state["step"]
+
+
+def main():
+    args = p.parse_args()
+    set_seed(0)
+    config = ProjectConfiguration(project_dir=".", automatic_checkpoint_naming=True, total_limit=args.total_limit)
+    accelerator = Accelerator(cpu=True, project_config=config)
+    g = torch.Generator().manual_seed(1234)
+    x = torch.randn(256, 8, generator=g)
+    loader = DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8, shuffle=False)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    model, opt, loader = accelerator.prepare(model, opt, loader)
+    progress = Progress()
+    accelerator.register_for_checkpointing(progress)
+    folders = sorted(glob.glob("checkpoints/checkpoint_*"), key=lambda f: int(f.rsplit("_", 1)[1]))
+    if args.resume_complete:
+        complete = [f for f in folders if os.path.exists(os.path.join(f, "custom_checkpoint_0.pkl"))]
+        for f in folders:
+            if f not in complete:
+                shutil.rmtree(f)  # an interrupted save: its number is reused
+        folders = complete
+    if folders:
+        accelerator.load_state(folders[-1])
+        accelerator.project_configuration.iteration = int(folders[-1].rsplit("_", 1)[1]) + 1
+    batches = accelerator.skip_first_batches(loader, progress.step) if progress.step else loader
+    for xb, yb in batches:
+        if progress.step >= args.steps:
+            break
+        loss = torch.nn.functional.mse_loss(model(xb), yb)
+        accelerator.backward(loss)
+        opt.step()
+        opt.zero_grad()
+        progress.step += 1
+        if progress.step % args.every == 0:
+            accelerator.save_state()
+
+
+if __name__ == "__main__":
+    main()

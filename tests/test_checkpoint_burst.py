@@ -1,0 +1,228 @@
+"""A checkpoint is every save call between two steps: the agent's events, counts and fault placement for one."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from chaosckpt.agent.faults import ArmedFault
+from chaosckpt.agent.interpose import CountingWriter
+from chaosckpt.agent.recorder import Recorder
+from chaosckpt.conductor import arming
+from chaosckpt.conductor.runlog import _process
+
+
+class Events:
+    """An event writer that keeps the events in memory."""
+
+    def __init__(self):
+        self.events = []
+
+    def emit(self, kind, **fields):
+        self.events.append({"t": kind, "ts": float(len(self.events)), "pid": 1, **fields})
+
+    def kinds(self):
+        return [e["t"] for e in self.events]
+
+
+def _job(fault=None):
+    events = Events()
+    rec = Recorder(events, None, ArmedFault.from_json(fault) if fault else None)
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    rec.optimizer_created(opt)
+    return events, rec, model, opt
+
+
+def _step(rec, opt):
+    rec.on_step(opt)
+    rec.on_step_end(opt)
+
+
+def _save(rec, obj, path):
+    with rec.recording_save(path, "path", obj) as save:
+        with open(path, "wb") as raw:
+            save.writer = CountingWriter(raw, rec, save.checkpoint, path)
+            torch.save(obj, save.writer)
+
+
+def _trainer_checkpoint(rec, model, opt, folder):
+    """The files a Trainer writes per checkpoint, in its order."""
+    os.makedirs(folder, exist_ok=True)
+    _save(rec, model.state_dict(), os.path.join(folder, "model.pt"))
+    _save(rec, opt.state_dict(), os.path.join(folder, "optimizer.pt"))
+    _save(rec, {"python": (1, 2), "cpu": torch.get_rng_state()}, os.path.join(folder, "rng_state.pth"))
+
+
+def test_the_save_calls_between_two_steps_are_one_checkpoint(tmp_path):
+    events, rec, model, opt = _job()
+    for n in (1, 2):
+        _step(rec, opt)
+        _trainer_checkpoint(rec, model, opt, tmp_path / f"checkpoint-{n}")
+    _step(rec, opt)
+    assert events.kinds().count("save-begin") == 2
+    assert events.kinds().count("save-file") == 6
+    log = _process(events.events)
+    assert [s.index for s in log.saves] == [1, 2]
+    assert [s.step for s in log.saves] == [1, 2]
+    first = log.saves[0]
+    sizes = [os.path.getsize(tmp_path / "checkpoint-1" / n) for n in ("model.pt", "optimizer.pt", "rng_state.pth")]
+    assert first.ok and first.bytes == sum(sizes)
+    assert [os.path.basename(f["path"]) for f in first.files] == ["model.pt", "optimizer.pt", "rng_state.pth"]
+
+
+def test_a_checkpoint_not_ended_by_a_step_ends_at_exit(tmp_path):
+    events, rec, model, opt = _job()
+    _step(rec, opt)
+    _trainer_checkpoint(rec, model, opt, tmp_path / "checkpoint-1")
+    assert "save-end" not in events.kinds()
+    rec.at_exit()
+    assert events.kinds()[-1] == "save-end"
+
+
+def test_enospc_lands_at_a_fraction_of_the_whole_checkpoint(tmp_path):
+    events, rec, model, opt = _job()
+    _step(rec, opt)
+    _trainer_checkpoint(rec, model, opt, tmp_path / "reference")
+    _step(rec, opt)
+    reference = _process(events.events)
+    model_bytes = reference.saves[0].files[0]["bytes"]
+    at = model_bytes + 10  # inside the second file
+    events, rec, model, opt = _job({"kind": "enospc", "save": 1, "at_byte": at})
+    _step(rec, opt)
+    with pytest.raises(OSError):
+        _trainer_checkpoint(rec, model, opt, tmp_path / "checkpoint-1")
+    fault = next(e for e in events.events if e["t"] == "fault")
+    assert os.path.basename(fault["path"]) == "optimizer.pt"
+    assert fault["bytes"] == at
+    assert os.path.getsize(tmp_path / "checkpoint-1" / "optimizer.pt") < reference.saves[0].files[1]["bytes"]
+    assert not (tmp_path / "checkpoint-1" / "rng_state.pth").exists()
+
+
+def test_a_fault_in_one_named_file_counts_that_file_s_bytes(tmp_path):
+    events, rec, model, opt = _job({"kind": "enospc", "save": 2, "at_byte": 5, "file": "rng_state.pth"})
+    _step(rec, opt)
+    _trainer_checkpoint(rec, model, opt, tmp_path / "checkpoint-1")
+    _step(rec, opt)
+    with pytest.raises(OSError):
+        _trainer_checkpoint(rec, model, opt, tmp_path / "checkpoint-2")
+    assert os.path.getsize(tmp_path / "checkpoint-2" / "rng_state.pth") < os.path.getsize(
+        tmp_path / "checkpoint-1" / "rng_state.pth")
+    assert os.path.getsize(tmp_path / "checkpoint-2" / "model.pt") == os.path.getsize(tmp_path / "checkpoint-1" / "model.pt")
+    rec.at_exit()
+    log = _process(events.events)
+    assert [s.ok for s in log.saves] == [True, False]
+
+
+def test_rng_and_step_findings_read_every_file_of_the_checkpoint(tmp_path):
+    events, rec, model, opt = _job()
+    _step(rec, opt)
+    torch.rand(1)
+    _step(rec, opt)
+    _trainer_checkpoint(rec, model, opt, tmp_path / "checkpoint-2")
+    _step(rec, opt)
+    kinds = [c["kind"] for c in _process(events.events).saves[0].content]
+    assert "rng-states-missing" not in kinds  # rng_state.pth holds the torch stream the loop draws from
+    events, rec, model, opt = _job()
+    _step(rec, opt)
+    torch.rand(1)
+    _step(rec, opt)
+    _save(rec, model.state_dict(), str(tmp_path / "model.pt"))
+    _save(rec, opt.state_dict(), str(tmp_path / "optimizer.pt"))
+    _step(rec, opt)
+    kinds = [c["kind"] for c in _process(events.events).saves[0].content]
+    assert "rng-states-missing" in kinds
+
+
+def test_checkpoint_locations_collapse_numbered_folders():
+    assert arming.location("/w/out/checkpoint-8/optimizer.pt") == "/w/out"
+    assert arming.location("/w/out/checkpoint_2/random_states_0.pkl") == "/w/out"
+    assert arming.location("/w/ckpt/last.pt") == "/w/ckpt"
+    assert arming.location("/w/ckpt/dcp") == "/w/ckpt"
+
+
+def test_file_param_places_the_fault_in_that_file_of_the_reference_checkpoint(tmp_path):
+    from chaosckpt.conductor import scenario as scenario_mod
+    from chaosckpt.conductor.runlog import RunLog
+
+    events, rec, model, opt = _job()
+    for n in (1, 2):
+        _step(rec, opt)
+        _trainer_checkpoint(rec, model, opt, tmp_path / f"checkpoint-{n}")
+    _step(rec, opt)
+    reference = RunLog([_process(events.events)])
+    kill = scenario_mod.load("kill9-mid-save", {"file": "optimizer.pt"})
+    fault = arming.arm(kill, reference, None)
+    size = reference.processes[0].saves[1].files[1]["bytes"]
+    assert fault["file"] == "optimizer.pt" and fault["at_byte"] == size // 2 and fault["save"] == 2
+    with pytest.raises(arming.NotArmable, match="writes no file of that name"):
+        arming.arm(scenario_mod.load("kill9-mid-save", {"file": "nope.pt"}), reference, None)
+
+
+def test_a_step_counter_in_json_beside_the_checkpoint_files_counts(tmp_path):
+    """A Trainer keeps global_step in trainer_state.json, written last into the checkpoint's folder."""
+    import json
+
+    def checkpoint(with_json):
+        events, rec, model, opt = _job()
+        _step(rec, opt)
+        folder = tmp_path / f"checkpoint-{int(with_json)}"
+        _trainer_checkpoint(rec, model, opt, folder)
+        if with_json:
+            (folder / "trainer_state.json").write_text(json.dumps({"global_step": 1, "log_history": []}))
+        _step(rec, opt)
+        return [c["kind"] for c in _process(events.events).saves[0].content]
+
+    assert "no-step-in-checkpoint" in checkpoint(with_json=False)
+    assert "no-step-in-checkpoint" not in checkpoint(with_json=True)
+
+
+def _saved(index, step, files, path=None, via="path"):
+    from chaosckpt.conductor.runlog import Save
+
+    paths = [str(f) for f in files]
+    return Save(index=index, step=step, path=path or paths[0], digest="d", ts=float(index), ok=True,
+                files=[{"path": p, "via": via, "ok": True, "bytes": 1, "writes": 1} for p in paths])
+
+
+def test_a_complete_checkpoint_whose_folder_the_job_deleted_is_no_longer_good(tmp_path):
+    from chaosckpt.conductor import checkpoints
+
+    old = _saved(1, 4, [tmp_path / "checkpoint_0" / "model.bin", tmp_path / "checkpoint_0" / "optimizer.bin"])
+    new = _saved(2, 8, [tmp_path / "checkpoint_1" / "model.bin"])
+    (tmp_path / "checkpoint_1").mkdir()
+    assert checkpoints.folder(old) == str(tmp_path / "checkpoint_0")
+    assert checkpoints.gone([old]) == [old]  # checkpoint_0 was deleted
+    finding = checkpoints.rotation_finding([old], [old], new, str)
+    assert finding.kind == "rotation-before-complete" and finding.details["deleted_step"] == 4
+    (tmp_path / "checkpoint_0").mkdir()
+    assert checkpoints.gone([old]) == [] and checkpoints.rotation_finding([old], [], new, str) is None
+
+
+def test_a_dcp_folder_is_its_own_checkpoint_folder(tmp_path):
+    from chaosckpt.conductor import checkpoints
+
+    save = _saved(2, 8, [], path=str(tmp_path / "ckpt" / "step_8"), via="dcp")
+    save.files = [{"path": save.path, "via": "dcp", "ok": True, "bytes": 9, "writes": 3}]
+    assert checkpoints.folder(save) == str(tmp_path / "ckpt" / "step_8")
+
+
+def test_a_whole_training_state_finished_inside_an_interrupted_checkpoint_is_good(tmp_path):
+    from chaosckpt.conductor import checkpoints
+
+    save = _saved(1, 4, [tmp_path / "epoch=0-step=4.ckpt"])
+    assert checkpoints.good_part(save) == []
+    save.files[0]["whole"] = True
+    assert checkpoints.good_part(save) == [save]
+
+
+def test_the_agent_marks_a_file_holding_model_and_optimizer_as_whole(tmp_path):
+    events, rec, model, opt = _job()
+    _step(rec, opt)
+    _save(rec, {"state_dict": model.state_dict(), "optimizer_states": [opt.state_dict()], "global_step": 1},
+          str(tmp_path / "epoch=0-step=1.ckpt"))
+    _save(rec, opt.state_dict(), str(tmp_path / "optimizer.pt"))
+    _step(rec, opt)
+    assert [f.get("whole", False) for f in _process(events.events).saves[0].files] == [True, False]
