@@ -24,6 +24,8 @@ else:
 PLACEMENT_KEYS = ("save", "step", "after")
 """Which save a fault concerns: its number (negative: counted from the reference's end), the first save
 at or after a step, or the first save at or after a wall-clock time into the run."""
+OPTIONAL_KEYS = ("node", "file")
+"""Trigger keys left out of a scenario's parameters when not given (multi-node jobs; one file of a checkpoint)."""
 TRIGGER_KEYS = {
     "kill": (*PLACEMENT_KEYS, "fraction", "write", "node", "file"),
     "enospc": (*PLACEMENT_KEYS, "fraction", "write", "free_bytes", "file"),
@@ -145,7 +147,7 @@ class Scenario:
     def params(self) -> Dict[str, Any]:
         placed = [k for k in PLACEMENT_KEYS[1:] if getattr(self.trigger, k) is not None] or ["save"]
         trigger = {k: getattr(self.trigger, k) for k in TRIGGER_KEYS[self.fault]
-                   if (k not in PLACEMENT_KEYS or k in placed) and not (k == "node" and self.trigger.node is None)}
+                   if (k not in PLACEMENT_KEYS or k in placed) and not (k in OPTIONAL_KEYS and getattr(self.trigger, k) is None)}
         return {"trigger": trigger, "expect": dataclasses.asdict(self.expect)}
 
 
