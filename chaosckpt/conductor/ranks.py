@@ -58,14 +58,27 @@ def hold(scenario: Scenario, reference: RunLog, fault: Dict) -> Optional[Callabl
     """For rank-skew, what the kill waits for: every other rank that makes the save has finished it."""
     if scenario.fault != "rank-skew":
         return None
-    others = [r for r, p in reference.ranks().items() if r != fault["rank"] and len(p.completed_saves()) >= fault["save"]]
-    return functools.partial(saves_finished, ranks=others, save=fault["save"]) if others else None
+    procs = reference.ranks()
+    others = [r for r, p in procs.items() if r != fault["rank"] and len(p.completed_saves()) >= fault["save"]]
+    calls = {r: len(procs[r].completed_saves()[fault["save"] - 1].files) for r in others}
+    return functools.partial(saves_finished, ranks=others, save=fault["save"], calls=calls) if others else None
 
 
-def saves_finished(events_dir: Path, ranks: List[int], save: int) -> bool:
-    """Whether each of ``ranks`` has completed its save number ``save``, as its events say."""
+def saves_finished(events_dir: Path, ranks: List[int], save: int, calls: Optional[Dict[int, int]] = None) -> bool:
+    """Whether each of ``ranks`` has completed its checkpoint number ``save``, as its events say: the checkpoint
+    ended, or it made as many save calls as in the reference (``calls``), all returned; a checkpoint ends only
+    at the next step, which a rank waiting for the held one in a collective never reaches."""
     done = RunLog.read(events_dir).ranks()
-    return all(r in done and any(s.index == save and s.ok for s in done[r].saves) for r in ranks)
+
+    def finished(rank: int) -> bool:
+        saves = [s for s in done[rank].saves if s.index == save] if rank in done else []
+        if not saves:
+            return False
+        want = (calls or {}).get(rank, 0)
+        returned = [f for f in saves[0].files if f.get("ok")]
+        return bool(saves[0].ok) or (want > 0 and len(returned) >= want)
+
+    return all(finished(r) for r in ranks)
 
 
 def skew_env(scenario: Scenario, reference: RunLog) -> Dict[str, str]:
