@@ -10,7 +10,7 @@ import functools
 import os
 import random
 import threading
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
@@ -82,6 +82,19 @@ def _patch(owner: Any, name: str, make: Any) -> None:
     replacement = functools.wraps(original)(make(original))
     replacement.__chaosckpt_original__ = original
     setattr(owner, name, replacement)
+
+
+
+def _recorded_load(rec: Recorder, path: Optional[str], call: Callable[[], Any], keep: bool) -> Any:
+    """Run a load and record it, raised or returned; ``keep``: the loaded object is judged too (torch.load's,
+    not DCP's, which loads in place)."""
+    try:
+        result = call()
+    except BaseException as exc:
+        rec.loaded(path, None, exc)
+        raise
+    rec.loaded(path, result if keep else None, None)
+    return result
 
 
 def install(rec: Recorder) -> None:
@@ -161,13 +174,7 @@ def install(rec: Recorder) -> None:
             if not rec.enabled:
                 return original(f, *args, **kwargs)
             path = os.fspath(f) if _is_path(f) else None
-            try:
-                result = original(f, *args, **kwargs)
-            except BaseException as exc:
-                rec.loaded(path, None, exc)
-                raise
-            rec.loaded(path, result, None)
-            return result
+            return _recorded_load(rec, path, lambda: original(f, *args, **kwargs), keep=True)
         return load
 
     for module in (torch.serialization, torch):
@@ -222,13 +229,7 @@ def install_dcp(rec: Recorder) -> None:
                 return original(state_dict, *args, **kwargs)
             target = kwargs.get("checkpoint_id") or getattr(kwargs.get("storage_reader"), "path", None)
             path = os.fspath(target) if _is_path(target) else None
-            try:
-                result = original(state_dict, *args, **kwargs)
-            except BaseException as exc:
-                rec.loaded(path, None, exc)
-                raise
-            rec.loaded(path, None, None)
-            return result
+            return _recorded_load(rec, path, lambda: original(state_dict, *args, **kwargs), keep=False)
         return load
 
     _patch(dcp, "save", make_save)
