@@ -172,7 +172,7 @@ id = "late"
 params = { save = 2 }
 """)
     typo = run_chaosckpt(["suite", "-k", "first and"], cwd=project)
-    assert typo.returncode == 2 and "-k 'first and': the expression ends too early" in typo.stderr
+    assert typo.returncode == 2 and '-k "first and": the expression ends too early' in typo.stderr
     none = run_chaosckpt(["suite", "-k", "enospc"], cwd=project)
     assert none.returncode == 2 and "matches none of the 2 trial(s) to run (first, late)" in none.stderr
     assert not (project / ".chaosckpt").exists()  # refused before the reference ran
