@@ -141,6 +141,7 @@ def test_checkpoint_locations_collapse_numbered_folders():
     assert arming.location("/w/out/checkpoint_2/random_states_0.pkl") == "/w/out"
     assert arming.location("/w/ckpt/last.pt") == "/w/ckpt"
     assert arming.location("/w/ckpt/dcp") == "/w/ckpt"
+    assert arming.location("/w/ckpt/node1/rank1-epoch0.pt") == "/w/ckpt/node1"  # a node's own folder, not numbered
 
 
 def test_file_param_places_the_fault_in_that_file_of_the_reference_checkpoint(tmp_path):

@@ -22,7 +22,9 @@ class NotArmable(Exception):
     """The reference run shows the fault can never fire (the job saves too rarely, the save is too short)."""
 
 
-_NUMBERED = re.compile(r".*\d$")
+_NUMBERED = re.compile(r".+[-_=.]\d+")
+"""A folder per checkpoint: a name, a separator, its number (``checkpoint-8``, ``checkpoint_2``, ``step_40``); not
+``node1`` or ``rank0``, which are one node's or rank's folder for all its checkpoints."""
 
 
 def location(path: str) -> str:
