@@ -184,7 +184,7 @@ params = { save = 2 }
     assert [(t["id"], t["status"], t["result"]["status"]) for t in doc["trials"]] == [("first", "passed", "passed")]
     assert doc["summary"]["passed"] == 1 and Path(doc["reports"]["junit"]).is_file()
     assert datetime.fromisoformat(doc["created"]).tzinfo is not None
-    assert "-k 'kill9 and not late' selected 1 of 2 trial(s)" in res.stderr
+    assert '-k "kill9 and not late" selected 1 of 2 trial(s)' in res.stderr
     folder = suite_folder(project)
     assert [t["id"] for t in json.loads((folder / "suite.json").read_text())["trials"]] == ["first"]
     assert [c.name for c in list(read_junit(folder / "junit.xml"))[0]] == ["first"]
@@ -198,7 +198,7 @@ params = { save = 2 }
     resumed = run_chaosckpt(["suite", "--resume", "-k", "late and not later"], cwd=project)
 
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    assert "-k 'late and not later' selected 1 of 2 trial(s)" in resumed.stderr
+    assert '-k "late and not later" selected 1 of 2 trial(s)' in resumed.stderr
     statuses = {t.name: [r._tag for r in t.result] for t in list(read_junit(folder / "junit.xml"))[0]}
     assert statuses == {"first": [], "late": [], "later": ["skipped"]}
     assert json.loads((folder / "suite.json").read_text())["state"] == "running"  # "later" is still to run

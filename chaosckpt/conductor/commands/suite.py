@@ -243,8 +243,8 @@ def _matching(trials: List[PlannedTrial], keyword: str) -> List[PlannedTrial]:
     select = keywords.matcher(keyword)
     chosen = [t for t in trials if select(_names(t))]
     if not chosen:
-        shown = ", ".join(t.id for t in trials[:10]) + (" ..." if len(trials) > 10 else "")
-        raise UsageError(f"-k {shown(keyword)} matches none of the {len(trials)} trial(s) to run ({shown}); "
+        listed = ", ".join(t.id for t in trials[:10]) + (" ..." if len(trials) > 10 else "")
+        raise UsageError(f"-k {shown(keyword)} matches none of the {len(trials)} trial(s) to run ({listed}); "
                          "match a part of a trial's id or scenario")
     click.echo(f"chaosckpt: -k {shown(keyword)} selected {len(chosen)} of {len(trials)} trial(s)", err=True)
     return chosen
