@@ -142,7 +142,8 @@ class Recorder:
         """Optimizer pre-step hook: the state the step starts from (digest, RNG, modes) of the primary optimizer."""
         if not self.enabled or self.hidden_steps:
             return
-        self.guarded(self.close_checkpoint)
+        if self.checkpoint is not None:
+            self.guarded(self.close_checkpoint)
         self.fire_pending()
         if self._primary is None or self._primary() is None:
             self._primary = weakref.ref(optimizer)
