@@ -57,15 +57,21 @@ def tree_bytes(root: Path, exclude: Iterable[Path] = ()) -> int:
     return total
 
 
-def needed(workdir: Path, reference: RunLog, reference_dir: Optional[Path], exclude: Iterable[Path] = ()) -> int:
-    """Bytes a trial's faulted and resume runs take: one sandbox copy of the working directory, twice the
-    checkpoint files the reference left (the newest save to each path), and the reference's logs for each run."""
+def needed(workdir: Path, reference: RunLog, reference_dir: Optional[Path], sandboxes: Path,
+           exclude: Iterable[Path] = ()) -> int:
+    """Bytes a trial's faulted and resume runs take: what one sandbox copy of the working directory writes
+    (nothing where reflinks clone it; large inputs bound read-only are not copied: see ``preflight.survey``),
+    twice the checkpoint files the reference left (the newest save to each path), and the reference's logs for
+    each run."""
+    from chaosckpt.conductor import preflight
+
+    copy = preflight.survey(workdir, exclude, sandboxes)
     saver = reference.saver()
     newest = {}
     for save in saver.completed_saves() if saver is not None else []:
         newest[save.path] = save.bytes
     logs = tree_bytes(reference_dir) if reference_dir is not None and reference_dir.is_dir() else 0
-    return tree_bytes(workdir, exclude) + 2 * sum(newest.values()) + 2 * logs
+    return (0 if copy.reflinks else copy.copied_bytes) + 2 * sum(newest.values()) + 2 * logs
 
 
 def hit_full_disk(stderr: Path, events: Path, armed_enospc: bool, log_error: Optional[OSError] = None) -> bool:
@@ -84,7 +90,7 @@ def hit_full_disk(stderr: Path, events: Path, armed_enospc: bool, log_error: Opt
 
 def preflight(results_dir: Path, workdir: Path, exclude: Iterable[Path], reference: RunLog) -> Optional[str]:
     """Why the trial's runs would not fit on the results folder's disk, or None when they fit."""
-    need = needed(workdir, reference, results_dir / "reference", [results_dir, *exclude])
+    need = needed(workdir, reference, results_dir / "reference", results_dir / "sandboxes", [results_dir, *exclude])
     if free_bytes(results_dir) < need:
         return describe(results_dir, need, "the faulted and resume runs would not fit")
     return None
