@@ -86,7 +86,7 @@ class RunResult:
 
 
 @contextlib.contextmanager
-def _subreaper() -> Iterator[None]:
+def subreaper() -> Iterator[None]:
     """While a tree runs, keep its orphaned grandchildren under this process, so a killed tree cannot hide
     from us; afterwards the flag is as it was, because the Python API runs inside the user's process."""
     libc, before = None, ctypes.c_int(1)
@@ -202,8 +202,8 @@ def _reap(procs: Dict[int, psutil.Process], exclude: int) -> None:
             pass
 
 
-def _hold(spec: RunSpec, events_dir: Path, started: float, hold: Optional[Callable[[Path], bool]],
-          limit_s: float = HOLD_S) -> None:
+def wait_before_kill(spec: RunSpec, events_dir: Path, started: float, hold: Optional[Callable[[Path], bool]],
+                     limit_s: float = HOLD_S) -> None:
     """Keep the halted job alive (at most ``limit_s``) until the rest of it reaches the point ``hold`` wants."""
     if hold is None:
         return
@@ -228,7 +228,7 @@ def _all_stopped(events_dir: Path) -> bool:
 
 def launch(spec: RunSpec) -> RunResult:
     """Run ``spec`` to completion, a fired fault, or its timeout; the tree is always gone afterwards."""
-    with _subreaper():
+    with subreaper():
         return _run(spec)
 
 
@@ -270,11 +270,11 @@ def _run(spec: RunSpec) -> RunResult:
         while proc.poll() is None:
             if protocol.fault_flags(events_dir):
                 fault_fired = True
-                _hold(spec, events_dir, started, spec.hold)
+                wait_before_kill(spec, events_dir, started, spec.hold)
                 break
             if protocol.fault_flags(events_dir, protocol.STOP_FLAG_PREFIX):
                 stopped = True
-                _hold(spec, events_dir, started, _all_stopped, STOP_HOLD_S)
+                wait_before_kill(spec, events_dir, started, _all_stopped, STOP_HOLD_S)
                 break
             if time.monotonic() - started > spec.timeout_s:
                 timed_out = True

@@ -120,7 +120,7 @@ def _free_port() -> int:
 def launch(spec: RunSpec, cluster: Cluster, cut: Optional[NodeFault] = None) -> NodesResult:
     """Run ``spec`` on every node of ``cluster`` to its end, a fired fault, its horizon, its timeout or a lost
     node; every node's tree is gone afterwards, and so are the node processes."""
-    with launcher._subreaper():
+    with launcher.subreaper():
         return _Run(spec, cluster, cut).run()
 
 
@@ -165,11 +165,11 @@ class _Run:
                 if protocol.fault_flags(self.events_dir):
                     fault_fired = True
                     if not self._lose_node():
-                        launcher._hold(spec, self.events_dir, started, spec.hold)
+                        launcher.wait_before_kill(spec, self.events_dir, started, spec.hold)
                         break
                 if protocol.fault_flags(self.events_dir, protocol.STOP_FLAG_PREFIX):
                     stopped = True
-                    launcher._hold(spec, self.events_dir, started, ranks_stopped, launcher.STOP_HOLD_S)
+                    launcher.wait_before_kill(spec, self.events_dir, started, ranks_stopped, launcher.STOP_HOLD_S)
                     break
                 if time.monotonic() - started > spec.timeout_s:
                     timed_out = True

@@ -169,7 +169,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"chaosckpt node: cannot reach the conductor at {args.conductor}: {getattr(exc, 'strerror', None) or exc}; "
               "check that this machine can reach that address (chaosckpt run --listen)", file=sys.stderr)
         return 3
-    with launcher._subreaper():
+    with launcher.subreaper():
         return serve(wire, args.node_rank)
 
 
