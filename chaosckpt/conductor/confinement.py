@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from chaosckpt import protocol
-from chaosckpt.conductor import confine
+from chaosckpt.conductor import confine, logcap
 from chaosckpt.conductor.errors import UsageError
 
 HELPER = Path(__file__).resolve().with_name("confine.py")
@@ -150,16 +150,9 @@ def _existing(path: str) -> str:
     return folder
 
 
-def _tail(stderr: Path) -> str:
-    try:
-        return stderr.read_text(errors="replace")[-20000:]
-    except OSError:
-        return ""
-
-
 def outside_writes(stderr: Path, allowed: Iterable[Path]) -> List[str]:
     """Paths outside ``allowed`` that the job's error output says it could not write."""
-    text = _tail(stderr)
+    text = logcap.tail(stderr, 20000)
     allowed = list(allowed)
     found: List[str] = []
     for pattern in _OUTSIDE:
@@ -174,7 +167,7 @@ def refuse_outside(returncode: Optional[int], stderr: Path, allowed: Iterable[Pa
     """A usage error when a run failed because it wrote outside ``allowed``, or could not be confined at all
     (a mapped folder overlayfs refuses): the trial cannot go on."""
     if returncode == confine.UNCONFINED:
-        for text in _tail(stderr).splitlines():
+        for text in logcap.tail(stderr, 20000).splitlines():
             if text.startswith(confine.FAILED):
                 raise UsageError(text[len("chaosckpt: "):])
     outside = outside_writes(stderr, allowed) if returncode else []

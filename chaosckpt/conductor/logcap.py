@@ -83,14 +83,19 @@ def pipe_into(path: Path) -> "tuple[int, CappedLog]":
     return write_fd, CappedLog(read_fd, path)
 
 
-def last_line(path: Path, limit: int = 300) -> str:
-    """The last non-empty line of a log, read from its end only."""
+def tail(path: Path, nbytes: int = TAIL_READ) -> str:
+    """The last ``nbytes`` of a log as text, read from its end only ("" when it cannot be read)."""
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - TAIL_READ))
+            f.seek(max(0, f.tell() - nbytes))
             data = f.read()
     except OSError:
         return ""
-    lines = [line for line in data.decode(errors="replace").splitlines() if line.strip()]
+    return data.decode(errors="replace")
+
+
+def last_line(path: Path, limit: int = 300) -> str:
+    """The last non-empty line of a log, read from its end only."""
+    lines = [line for line in tail(path).splitlines() if line.strip()]
     return lines[-1].strip()[:limit] if lines else ""
