@@ -46,3 +46,14 @@ def test_the_last_line_is_read_from_the_end_of_a_large_log(tmp_path):
         f.seek(0, 2)
         f.write(b"\nRuntimeError: the end\n\n")
     assert logcap.last_line(path) == "RuntimeError: the end"
+
+
+def test_the_error_line_of_a_torchrun_failure_is_the_ranks_exception_not_the_launchers_banner(tmp_path):
+    """torchrun ends its stderr with a summary between rules, after the rank's own traceback."""
+    job = tmp_path / "fail.py"
+    job.write_text("import os\nif os.environ['RANK'] == '1':\n    raise FileNotFoundError('ckpt/tmp.pt')\n")
+    result = launcher.launch(RunSpec("ranks", [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                                               "--standalone", str(job)], tmp_path, tmp_path / "log", 120))
+    assert result.returncode == 1
+    assert result.stderr.read_text().rstrip().endswith("=" * 20)
+    assert logcap.last_line(result.stderr) == "FileNotFoundError: ckpt/tmp.pt"

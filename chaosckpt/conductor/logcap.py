@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 import threading
 from pathlib import Path
 from typing import Deque, Optional
@@ -18,6 +19,10 @@ TAIL = 4 << 20
 CHUNK = 1 << 16
 TAIL_READ = 64 << 10
 """How much of a log's end ``last_line`` reads."""
+_RULE = re.compile(r"^[\s=\-_*#~+]+$")
+_EXCEPTION = re.compile(r"^(?:\[[\w ]+\]:\s*)?(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit)(?::|$)")
+"""A traceback's last line, ``KeyError: 'x'``, also as torchrun prefixes a rank's output (``[rank1]: ...``)."""
+_LAUNCHER_ERROR = "ChildFailedError"
 
 
 class CappedLog:
@@ -96,6 +101,8 @@ def tail(path: Path, nbytes: int = TAIL_READ) -> str:
 
 
 def last_line(path: Path, limit: int = 300) -> str:
-    """The last non-empty line of a log, read from its end only."""
-    lines = [line for line in tail(path).splitlines() if line.strip()]
-    return lines[-1].strip()[:limit] if lines else ""
+    """The line of a log's end that says what went wrong: the last exception a process printed (a rank's own,
+    not torchrun's ``ChildFailedError`` summary after it), else the last line that is not blank or a rule."""
+    lines = [line.strip() for line in tail(path).splitlines() if line.strip() and not _RULE.match(line)]
+    raised = [line for line in lines if _EXCEPTION.match(line) and _LAUNCHER_ERROR not in line]
+    return (raised or lines or [""])[-1][:limit]

@@ -41,7 +41,7 @@ def reference(ctx: Context) -> RunLog:
         raise Stop(
             "reference-failed",
             f"the uninterrupted run exited with status {record.returncode}: "
-            f"{score.tail_line(stderr) or 'no error output'} (see {stderr})",
+            f"{score.crash_line(log, stderr) or 'no error output'} (see {stderr})",
         )
     if log.trainer() is None:
         stale = preflight.stale_checkpoint(log, opts.workdir)
