@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from chaosckpt.conductor import atomic, sandbox
+from chaosckpt.conductor import atomic, leftovers, preflight, sandbox
 
 
 def test_atomic_write_replaces_and_leaves_no_temp(tmp_path):
@@ -44,6 +44,56 @@ def test_sandbox_copies_files_not_links_and_leaves_out_tool_folders(tmp_path):
     assert os.stat(box / "ckpt" / "last.pt").st_ino != os.stat(work / "ckpt" / "last.pt").st_ino
     (box / "ckpt" / "last.pt").write_bytes(b"overwritten in the sandbox")
     assert (work / "ckpt" / "last.pt").read_bytes() == b"user data"
+
+
+def test_the_results_of_another_chaosckpt_run_in_progress_are_neither_copied_nor_counted(tmp_path):
+    """A second chaosckpt beside this one, its results folder inside the project: its sandboxes come and go."""
+    work = tmp_path / "work"
+    other = work / "results" / "20261202-054342-kill9-mid-save"
+    (other / "sandboxes" / "reference").mkdir(parents=True)
+    (other / "sandboxes" / "reference" / "train.py").write_text("print()")
+    (other / leftovers.LOCK).touch()
+    (work / "train.py").write_text("print()")
+    survey = preflight.survey(work, [], tmp_path / "boxes")
+    assert survey.files == 1 and survey.skipped == ["results/20261202-054342-kill9-mid-save (a chaosckpt run in progress)"]
+    box = sandbox.create(work, tmp_path / "box")
+    assert sorted(p.name for p in box.rglob("*")) == ["results", "train.py"]
+
+
+def test_files_and_folders_that_vanish_while_the_sandbox_is_copied_are_left_out(tmp_path, monkeypatch):
+    work = tmp_path / "work"
+    (work / "sub").mkdir(parents=True)
+    (work / "sub" / "x").write_text("x")
+    for name in ("a", "b", "c"):
+        (work / name).write_text(name)
+    copy2 = sandbox.shutil.copy2
+    copied = []
+
+    def copy_while_another_process_deletes(src, dst):
+        if not copied:
+            for path in (work / "a", work / "b", work / "c"):
+                if str(path) != src:
+                    path.unlink()
+            sandbox.shutil.rmtree(work / "sub", ignore_errors=True)
+        copied.append(src)
+        return copy2(src, dst)
+
+    monkeypatch.setattr(sandbox.shutil, "copy2", copy_while_another_process_deletes)
+    box = sandbox.create(work, tmp_path / "box")
+    assert [p.name for p in box.iterdir() if p.is_file()] == [os.path.basename(copied[0])]
+
+
+def test_a_copy_error_of_a_file_still_there_is_raised(tmp_path, monkeypatch):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "data").write_text("x")
+
+    def unreadable(src, dst):
+        raise PermissionError(13, "Permission denied", src)
+
+    monkeypatch.setattr(sandbox.shutil, "copy2", unreadable)
+    with pytest.raises(sandbox.shutil.Error):
+        sandbox.create(work, tmp_path / "box")
 
 
 def test_links_pointing_out_of_the_workdir_are_found(fs):

@@ -48,12 +48,17 @@ def survey(workdir: Path, exclude: Iterable[Path], dest_parent: Path) -> Survey:
     bind = confinement.available() and not out.reflinks
     for root, dirs, files in os.walk(workdir):
         here = Path(root)
-        dirs[:] = [d for d in dirs if d not in sandbox.ALWAYS_EXCLUDED and here / d not in skip]
+        others = [d for d in dirs if sandbox.foreign(here / d)]
+        out.skipped += [f"{os.path.relpath(here / d, workdir)} (a chaosckpt run in progress)" for d in others]
+        dirs[:] = [d for d in dirs if d not in sandbox.ALWAYS_EXCLUDED and here / d not in skip and d not in others]
         for name in files:
             path = here / name
             if name in sandbox.ALWAYS_EXCLUDED or path in skip:
                 continue
-            st = os.lstat(path)
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                continue
             rel = os.path.relpath(path, workdir)
             if sandbox.special(st.st_mode):
                 out.skipped.append(f"{rel} ({KINDS.get(stat.S_IFMT(st.st_mode), 'special file')})")
@@ -84,7 +89,7 @@ def line(s: Survey, maps: Sequence[str]) -> str:
                      "not copied, since this file system has no reflinks")
     if s.skipped:
         parts.append(f"skipped {', '.join(s.skipped[:3])}{', ...' if len(s.skipped) > 3 else ''}: "
-                     "FIFOs, sockets and devices are never copied")
+                     "FIFOs, sockets, devices and the results of chaosckpt runs in progress are never copied")
     parts.append(confinement.note(maps))
     return "; ".join(parts)
 

@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional
 
-from chaosckpt.conductor import confinement
+from chaosckpt.conductor import confinement, leftovers
 
 FICLONE = 0x40049409
 ALWAYS_EXCLUDED = (".git", "__pycache__", ".chaosckpt")
@@ -31,6 +31,17 @@ INPUTS = "inputs.json"
 def special(mode: int) -> bool:
     """FIFOs, sockets and device files: opening one can block or fail, so they are never copied."""
     return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode))
+
+
+def foreign(path: Path) -> bool:
+    """A results folder of another chaosckpt run in progress (it holds its lock file): not the job's files, and
+    its sandboxes come and go while it runs."""
+    return (path / leftovers.LOCK).is_file() and not path.is_symlink()
+
+
+def _vanished(errors: List[tuple]) -> bool:
+    """Whether every error of a copy is a file that disappeared while it was copied (changed by another process)."""
+    return all(not os.path.lexists(src) for src, *_ in errors)
 
 
 @functools.lru_cache(maxsize=None)
@@ -87,7 +98,7 @@ def create(workdir: Path, dest: Path, exclude: Iterable[Path] = (), bind_large: 
 
     def ignore(directory: str, names: List[str]) -> List[str]:
         here = Path(directory).resolve()
-        return [n for n in names if n in ALWAYS_EXCLUDED or here / n in skip or special(os.lstat(here / n).st_mode)]
+        return [n for n in names if n in ALWAYS_EXCLUDED or here / n in skip or _not_copied(here / n)]
 
     def copy(src: str, dst: str) -> str:
         rel = os.path.relpath(src, workdir)
@@ -97,11 +108,22 @@ def create(workdir: Path, dest: Path, exclude: Iterable[Path] = (), bind_large: 
             return dst
         return _clone_or_copy(src, dst) if clone else shutil.copy2(src, dst)
 
-    shutil.copytree(workdir, dest, symlinks=True, ignore=ignore, copy_function=copy)
+    try:
+        shutil.copytree(workdir, dest, symlinks=True, ignore=ignore, copy_function=copy)
+    except shutil.Error as err:
+        if not _vanished(err.args[0]):
+            raise
     if bound:
         confinement.layers(dest).mkdir(exist_ok=True)
         (confinement.layers(dest) / INPUTS).write_text(json.dumps(bound, indent=2) + "\n")
     return dest
+
+
+def _not_copied(path: Path) -> bool:
+    try:
+        return special(os.lstat(path).st_mode) or foreign(path)
+    except FileNotFoundError:
+        return True
 
 
 def links_out(workdir: Path) -> List[str]:
@@ -109,7 +131,7 @@ def links_out(workdir: Path) -> List[str]:
     workdir = workdir.resolve()
     found = []
     for root, dirs, files in os.walk(workdir):
-        dirs[:] = [d for d in dirs if d not in ALWAYS_EXCLUDED]
+        dirs[:] = [d for d in dirs if d not in ALWAYS_EXCLUDED and not foreign(Path(root, d))]
         for name in dirs + files:
             path = Path(root, name)
             if path.is_symlink():
