@@ -56,6 +56,9 @@ and ``pid``. The event types and their own fields:
 ``uncaught``    the process is ending on an exception. ``exc`` (type name), ``error``
                 (one line), ``step`` (steps taken), ``frames`` (``file``, ``line``,
                 ``func``, outermost first, the last 30).
+``exit``        the job's script has ended (Python's exit handlers run): whatever kills the
+                process from here on (a native library crashing in the interpreter's
+                shutdown) struck after its work was done.
 ``op``          a file operation in a tracked directory (durability journal, on
                 only when the fault asks for it). ``op``: ``open`` (``path``,
                 ``ino`` [dev, inode], ``created``, ``trunc``, ``size``, ``keep``),
@@ -112,7 +115,7 @@ STOP_FLAG_PREFIX = "stop."
 """The agent creates ``stop.<pid>`` in the run directory when the job reached its horizon."""
 
 EVENT_TYPES = ("hello", "step", "save-begin", "save-file", "save-end", "load", "restore", "fault", "op", "sampler", "stop",
-               "uncaught")
+               "uncaught", "exit")
 
 Event = Dict[str, Any]
 

@@ -94,6 +94,25 @@ def test_a_random_stream_left_unrestored_is_named(project, tmp_path):
     assert "diverged from the uninterrupted run at step" in trial["headline"]
 
 
+def test_a_job_killed_by_a_signal_after_its_script_ended_is_judged_with_the_crash_named(project, tmp_path):
+    """torch's gloo teardown can abort a rank after its work is done: no reason to throw the trial away."""
+    res = trial_of(project, "train.py", "--", "--abort-at-exit", out=tmp_path / "r")
+    assert res.returncode == 0, res.trial["headline"]
+    trial = res.trial
+    assert trial["outcome"] == "last-good" and trial["reproduced"] is True
+    runs = {r["name"]: r["returncode"] for r in trial["runs"]}
+    assert runs["reference"] == runs["resume"] == -6
+    crashes = [f for f in trial["findings"] if f["kind"] == "crash-at-exit"]
+    assert [f["message"].split(" was killed")[0] for f in crashes] == ["the uninterrupted run", "the resumed run"]
+    assert all("the job by SIGABRT" in f["message"] for f in crashes)
+
+
+def test_a_job_that_exits_non_zero_before_its_end_is_still_a_failed_reference(project, tmp_path):
+    res = trial_of(project, "train.py", "--", "--fail", out=tmp_path / "r")
+    assert res.returncode == 4
+    assert res.trial["reason"] == "reference-failed" and not res.trial["findings"]
+
+
 def test_resuming_an_older_checkpoint_counts_the_lost_work(project, tmp_path):
     res = trial_of(project, "train.py", "-p", "save=3", "--", "--resume-from", "oldest", out=tmp_path / "r")
     assert res.returncode == 1

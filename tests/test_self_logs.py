@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import sys
 
-from chaosckpt.conductor import launcher, logcap, score
+import pytest
+
+from chaosckpt.conductor import exits, launcher, logcap, score
 from chaosckpt.conductor.launcher import RunSpec
+from chaosckpt.conductor.runlog import ProcessLog, RunLog
 
 NOISY = """
 import sys
@@ -57,3 +60,46 @@ def test_the_error_line_of_a_torchrun_failure_is_the_ranks_exception_not_the_lau
     assert result.returncode == 1
     assert result.stderr.read_text().rstrip().endswith("=" * 20)
     assert logcap.last_line(result.stderr) == "FileNotFoundError: ckpt/tmp.pt"
+
+
+TORCHRUN_SUMMARY = """terminate called without an active exception
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+======================================================
+train.py FAILED
+------------------------------------------------------
+Failures:
+[1]:
+  time      : 2026-12-02_05:24:43
+  host      : localhost
+  rank      : 0 (local_rank: 0)
+  exitcode  : -15 (pid: 9084)  (SIGTERM)
+  error_file: <N/A>
+  traceback : Signal 15 (SIGTERM) received by PID 9084
+------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-12-02_05:24:43
+  host      : localhost
+  rank      : 1 (local_rank: 1)
+  exitcode  : {code} (pid: 9085)  (SIGABRT)
+  error_file: <N/A>
+  traceback : Signal 6 (SIGABRT) received by PID 9085
+======================================================
+"""
+
+
+def _two_ranks(ended: bool) -> RunLog:
+    hello = {"world_size": 2, "ts": 0.0}
+    return RunLog([ProcessLog(9084, rank=0, hello=hello, ended=True), ProcessLog(9085, rank=1, hello=hello, ended=ended)])
+
+
+@pytest.mark.parametrize("code, ended, crash", [("-6", True, True), ("1", True, False), ("-6", False, False)])
+def test_a_rank_killed_after_its_script_ended_is_told_from_torchruns_summary(tmp_path, code, ended, crash):
+    """Only signals after every script ended are a crash at exit; an exit status or an unfinished rank fails."""
+    stderr = tmp_path / "stderr.log"
+    stderr.write_text(TORCHRUN_SUMMARY.replace("{code}", code))
+    found = exits.after_exit(_two_ranks(ended), 1, stderr, "the uninterrupted run")
+    assert (found is not None) == crash
+    if crash:
+        assert found.kind == "crash-at-exit"
+        assert "shut down: rank 0 by SIGTERM and rank 1 by SIGABRT (see " in found.message

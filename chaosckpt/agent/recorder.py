@@ -77,6 +77,7 @@ class Recorder:
         if self.enabled:
             self.guarded(self.close_checkpoint)
         self.fire_pending()
+        self.emit("exit", step=self.step)
 
     def fire_pending(self) -> None:
         """Halt now if a save that was to be followed by a crash has returned."""

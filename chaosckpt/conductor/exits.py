@@ -1,15 +1,22 @@
-"""Why a resumed run exited non-zero after it had loaded: which rank, which exception, after which step, where.
+"""Why a run exited non-zero: which rank, which exception, after which step, where; or a crash that struck
+only after the job's script had ended.
 
 The agent records the exception a process ends on (its type, its first line, the step count, the
 frames); the frame named is the innermost one in the job's own code, not in a library or Python.
+It also records that a script ended (``exit``): a process killed by a signal after that died in the
+interpreter's shutdown (a native library's teardown), with its work done and recorded.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import signal
 import sysconfig
-from typing import Dict, Optional
+from pathlib import Path
+from typing import Dict, List, Optional
 
+from chaosckpt.conductor import logcap
 from chaosckpt.conductor.result import Finding
 from chaosckpt.conductor.runlog import ProcessLog, RunLog
 
@@ -21,6 +28,44 @@ def _is_job_file(path: str) -> bool:
     if path.startswith("<") or "site-packages" in path or "dist-packages" in path:
         return False
     return not os.path.realpath(path).startswith(_LIBRARY_ROOTS)
+
+
+_LAUNCHER_EXIT = re.compile(r"exitcode\s*:\s*(-?\d+)\s*\(pid:\s*(\d+)\)")
+"""torchrun's failure summary, one entry per failed process: ``exitcode  : -6 (pid: 9085)``."""
+
+
+def _signal_name(code: int) -> str:
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+def after_exit(log: RunLog, returncode: Optional[int], stderr: Path, run: str) -> Optional[Finding]:
+    """A ``crash-at-exit`` finding when a run's non-zero status comes only from processes killed by a signal
+    after their script had ended, every process having ended its script without an exception; else None.
+
+    The process's own status is the run's for a job without a launcher; under torchrun, its summary of
+    the failed processes is read from the end of the run's stderr."""
+    if not returncode or not log.processes or any(p.uncaught is not None or not p.ended for p in log.processes):
+        return None
+    ours = {p.pid: p for p in log.processes}
+    if returncode < 0 and len(ours) == 1:
+        failed = {next(iter(ours)): returncode}
+    else:
+        failed = {int(pid): int(code) for code, pid in _LAUNCHER_EXIT.findall(logcap.tail(stderr))}
+    if not failed or any(code >= 0 or pid not in ours for pid, code in failed.items()):
+        return None
+    multi = log.world_size() > 1
+    who = " and ".join(f"{f'rank {ours[pid].rank or 0}' if multi else 'the job'} by {_signal_name(code)}"
+                       for pid, code in sorted(failed.items(), key=lambda item: ours[item[0]].rank or 0))
+    return Finding(
+        "crash-at-exit",
+        f"{run} was killed after its script had finished, while the interpreter shut down: {who} (see {stderr}); the "
+        "steps ran and were recorded, so the trial goes on, but a scheduler counts the job as failed: release "
+        "native resources before exit (torch.distributed.destroy_process_group(), join worker threads)",
+        {"returncode": returncode, "signals": {str(pid): _signal_name(code) for pid, code in failed.items()}},
+    )
 
 
 def job_frame(proc: ProcessLog) -> Optional[Dict]:

@@ -50,6 +50,8 @@ class ProcessLog:
     """The steps it had taken when its horizon stopped it; None when it was not stopped there."""
     uncaught: Optional[Event] = None
     """The exception the process ended on, if it ended on one."""
+    ended: bool = False
+    """Its script ended (the ``exit`` event): a death after this struck the interpreter's shutdown."""
 
     def first_digest(self) -> Optional[str]:
         return self.steps[0].get("digest") if self.steps else None
@@ -104,6 +106,8 @@ def _process(events: List[Event]) -> ProcessLog:
             log.stopped = e["step"]
         elif kind == "uncaught":
             log.uncaught = e
+        elif kind == "exit":
+            log.ended = True
     return log
 
 

@@ -1,6 +1,7 @@
 """A configurable training job for end-to-end tests: each flag removes or adds one piece of robustness."""
 
 import argparse
+import atexit
 import ctypes
 import io
 import os
@@ -8,6 +9,9 @@ import random
 import shutil
 import sys
 import time
+
+if "--abort-at-exit" in sys.argv:  # registered before torch is imported, so it runs after every other exit handler
+    atexit.register(os.abort)
 
 import numpy as np
 import torch
@@ -35,6 +39,8 @@ p.add_argument("--sleep", type=float, default=0.0, help="sleep this long before 
 p.add_argument("--resume-flag", action="store_true", help="resume only when --resumed is given too")
 p.add_argument("--resumed", action="store_true")
 p.add_argument("--nan", action="store_true", help="a loss that is NaN from the first step")
+p.add_argument("--abort-at-exit", action="store_true",
+               help="die by SIGABRT after the script ends, as a native library crashing in its teardown does")
 p.add_argument("--fail-save-after-resume", action="store_true",
                help="after resuming, a save renames a temporary file that is not there (as two ranks racing do)")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from chaosckpt.conductor import cache, confinement, diskspace, horizon, preflight, score
+from chaosckpt.conductor import cache, confinement, diskspace, exits, horizon, preflight, score
 from chaosckpt.conductor.runlog import RunLog
 from chaosckpt.conductor.trial.context import Context
 from chaosckpt.conductor.trial.options import Stop
@@ -37,7 +37,10 @@ def reference(ctx: Context) -> RunLog:
         )
     if record.returncode and diskspace.hit_full_disk(stderr, Path(record.events), False):
         raise Stop("disk-full", diskspace.describe(opts.results_dir, what="the reference run could not write"))
-    if record.returncode != 0 and not record.stopped:
+    at_exit = exits.after_exit(log, record.returncode, stderr, "the uninterrupted run") if not record.stopped else None
+    if at_exit is not None:
+        ctx.trial.findings.append(at_exit)
+    elif record.returncode != 0 and not record.stopped:
         raise Stop(
             "reference-failed",
             f"the uninterrupted run exited with status {record.returncode}: "

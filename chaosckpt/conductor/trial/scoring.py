@@ -99,6 +99,10 @@ def _exited(ctx: Context, resumed: Resumed) -> Optional[Finding]:
     trial, result = ctx.trial, resumed.result
     if result.timed_out or result.stopped or trial.outcome == "crashed":
         return None
+    at_exit = exits.after_exit(resumed.log, result.returncode, result.stderr, "the resumed run")
+    if at_exit is not None:
+        trial.findings.append(at_exit)
+        return None
     starts = {r["rank"]: r["recovered_step"] for r in trial.ranks} if trial.ranks else {0: trial.recovered_step}
     exited = exits.resume_exit(resumed.log, result.returncode, starts, score.crash_line(resumed.log, result.stderr))
     if exited is not None:
