@@ -102,4 +102,4 @@ def test_a_rank_killed_after_its_script_ended_is_told_from_torchruns_summary(tmp
     assert (found is not None) == crash
     if crash:
         assert found.kind == "crash-at-exit"
-        assert "shut down: rank 0 by SIGTERM and rank 1 by SIGABRT (see " in found.message
+        assert "shutdown: rank 0 by SIGTERM and rank 1 by SIGABRT (see " in found.message

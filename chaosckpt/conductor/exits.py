@@ -56,13 +56,15 @@ def after_exit(log: RunLog, returncode: Optional[int], stderr: Path, run: str) -
         failed = {int(pid): int(code) for code, pid in _LAUNCHER_EXIT.findall(logcap.tail(stderr))}
     if not failed or any(code >= 0 or pid not in ours for pid, code in failed.items()):
         return None
-    multi = log.world_size() > 1
-    who = " and ".join(f"{f'rank {ours[pid].rank or 0}' if multi else 'the job'} by {_signal_name(code)}"
-                       for pid, code in sorted(failed.items(), key=lambda item: ours[item[0]].rank or 0))
+    if log.world_size() > 1:
+        ranks = sorted(failed.items(), key=lambda item: ours[item[0]].rank or 0)
+        how = ": " + " and ".join(f"rank {ours[pid].rank or 0} by {_signal_name(code)}" for pid, code in ranks)
+    else:
+        how = f" by {_signal_name(next(iter(failed.values())))}"
     return Finding(
         "crash-at-exit",
-        f"{run} was killed after its script had finished, while the interpreter shut down: {who} (see {stderr}); the "
-        "steps ran and were recorded, so the trial goes on, but a scheduler counts the job as failed: release "
+        f"{run} was killed after its script had finished, in the interpreter's shutdown{how} (see {stderr}); its "
+        "steps were all recorded, so the trial is judged, but a scheduler counts the job as failed: release "
         "native resources before exit (torch.distributed.destroy_process_group(), join worker threads)",
         {"returncode": returncode, "signals": {str(pid): _signal_name(code) for pid, code in failed.items()}},
     )
