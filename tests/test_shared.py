@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from chaosckpt.conductor import crash, scenario
+from chaosckpt.conductor import crash, leftovers, scenario
 from chaosckpt.conductor.runlog import Save
 from chaosckpt.conductor.trial import shared
 
@@ -121,3 +121,21 @@ def test_a_journal_mapped_into_another_sandbox_names_its_files_there_with_the_sa
     assert moved.roots == [str(tmp_path / "b")] and set(moved.names) == {move(last)}
     assert [(e.path, e.source, e.length) for e in moved.after_crash("none")] == [(move(last), move(last), 200)]
     assert [e.key()[1:] for e in moved.after_crash("ordered")] == [e.key()[1:] for e in disk.after_crash("ordered")]
+
+
+def test_a_killed_suites_shared_sandbox_is_removed_by_clean_with_the_trials_own_and_then_is_not_ready(tmp_path):
+    suite = tmp_path / "results" / "20261202-050715-suite"
+    prefix = suite / "prefixes" / "save-2"
+    boxes = [prefix / "sandboxes" / "faulted", suite / "trials" / "t1" / "sandboxes" / "resume"]
+    for box in boxes:
+        box.mkdir(parents=True)
+        (box / "last.pt").write_bytes(b"x" * 10)
+    (prefix / shared.RECORD).write_text(json.dumps({"work": str(boxes[0])}))
+    (suite / leftovers.LOCK).write_text("")  # its lock file is there and nobody holds it: the suite was killed
+    assert shared.ready(prefix)
+
+    [cleaned] = leftovers.sweep(tmp_path / "results")
+
+    assert sorted(cleaned.sandboxes) == sorted(b.parent for b in boxes)
+    assert not any(b.parent.exists() for b in boxes) and (prefix / shared.RECORD).is_file()
+    assert not shared.ready(prefix)  # a resumed suite runs the shared faulted run again
