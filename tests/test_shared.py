@@ -139,3 +139,19 @@ def test_a_killed_suites_shared_sandbox_is_removed_by_clean_with_the_trials_own_
     assert sorted(cleaned.sandboxes) == sorted(b.parent for b in boxes)
     assert not any(b.parent.exists() for b in boxes) and (prefix / shared.RECORD).is_file()
     assert not shared.ready(prefix)  # a resumed suite runs the shared faulted run again
+
+
+def test_a_suite_groups_the_kills_power_losses_and_sweeps_of_one_save_and_replays_a_sweep_with_its_flag(tmp_path):
+    from chaosckpt.conductor.suite import Plan, PlannedTrial, Suite
+
+    trials = [PlannedTrial("kill", "kill9-mid-save", {"save": 2}), PlannedTrial("op", "power-loss", {"save": 2, "op": 3}),
+              PlannedTrial("sweep", "power-loss", {"save": 2}, sweep=True), PlannedTrial("full", "enospc", {"save": 2}),
+              PlannedTrial("alone", "power-loss", {"save": 3})]
+    plan = Plan(args=["train.py"], command=["python", "train.py"], resume_command=["python", "train.py"], resume_option=[],
+                workdir=str(tmp_path), results=str(tmp_path), timeout=3600.0, tolerance=0.0, nproc=1, seed=None,
+                trials=trials, reference_key="k", created="2026-12-02T05:00:00+00:00")
+
+    groups = Suite(tmp_path, plan).shared_groups(trials)
+
+    assert {folder.name: [t.id for t in group] for folder, group in groups.items()} == {"save-2": ["kill", "op", "sweep"]}
+    assert plan.replay(trials[2]) == f"cd {tmp_path} && chaosckpt run --scenario power-loss -p save=2 --sweep -- train.py"

@@ -125,7 +125,7 @@ def _paths(key: str, value: Any) -> None:
 
 def _flag(key: str, value: Any) -> None:
     if not isinstance(value, bool):
-        raise UsageError(f"{key} must be true or false, got {value!r}")
+        raise UsageError(f"{key} must be true or false, got {shown(value)}")
 
 
 def _entries(key: str, value: Any) -> None:
