@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -220,12 +221,18 @@ def test_the_html_report_renders_offline_in_headless_chromium_without_errors_wit
         assert colour_pixels(shown.screenshot, rgb) > 100, rgb
 
 def test_a_faulted_run_the_suite_shared_counts_once_in_the_totals_and_in_no_trial_alone(suite_dir):
+    prefix = suite_dir / "prefixes" / "save-2" / "faulted"
+    prefix.mkdir(parents=True)
+    (suite_dir / "trials" / "ok" / "faulted" / "events").rename(prefix / "events")
+    shutil.rmtree(suite_dir / "trials" / "bad<b>" / "faulted")
     for name in ("ok", "bad<b>"):
         path = suite_dir / "trials" / name / "result.json"
         doc = json.loads(path.read_text())
-        doc["trials"][0]["runs"][1].update(shared=True, duration_s=5.0, events=str(suite_dir / "prefixes" / "save-2"))
+        doc["trials"][0]["runs"][1].update(shared=True, duration_s=5.0, events=str(prefix / "events"))
         path.write_text(json.dumps(doc))
     results = stored.load(suite_dir)
+
+    assert [len(t.trainer("faulted").steps) for t in results.trials[:2]] == [8, 8]  # read where the suite ran it
 
     assert [t.own_time for t in results.trials] == [3.0, 3.0, 0.0]
     assert (results.runs(), results.run_time()) == (5, 11.0)  # 2 + 2 runs of their own, and the shared one

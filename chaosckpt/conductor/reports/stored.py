@@ -58,12 +58,18 @@ class StoredTrial:
 
     def trainer(self, run: str) -> Optional[ProcessLog]:
         """The training process of one of the trial's runs (``reference``, ``faulted``, ``resume``)."""
-        events = self.folder / run / "events"
+        events = self._events(run)
         return RunLog.read(events).trainer() if events.is_dir() else None
 
     def saver(self, run: str) -> Optional[ProcessLog]:
-        events = self.folder / run / "events"
+        events = self._events(run)
         return RunLog.read(events).saver() if events.is_dir() else None
+
+    def _events(self, run: str) -> Path:
+        """The run's events in the trial's folder; else where its record says (a faulted run the suite shared)."""
+        events = self.folder / run / "events"
+        records = [r for r in self.trial.runs if r.name == run and r.shared] if self.trial else []
+        return Path(records[0].events) if records and not events.is_dir() else events
 
     def commands(self) -> List[str]:
         """Each run's command line, as it was started."""
