@@ -159,17 +159,16 @@ def _journaled(ctx: Context, armed: Armed, prefix: Path, stored: dict) -> Option
     """A power loss or a sweep from the shared run: its events cut at the fault's operation, and its journal
     and its paths mapped into this trial's sandbox (``Armed.disk``, ``end``, ``native``)."""
     record = dataclasses.replace(RunRecord(**stored["run"]), shared=True)
-    files = [protocol.read_event_file(path) for path in protocol.event_files(Path(record.events))]
+    whole = [protocol.read_event_file(path) for path in protocol.event_files(Path(record.events))]
     initial = crash.Disk.from_dict(json.loads((prefix / DISK).read_text()))
     final = initial.fork()
-    for op in RunLog.of(files).ops():
+    for op in RunLog.of(whole).ops():
         final.apply(op)
     native = crash.unseen(final)
     at_op = armed.fault.get("at_op")
-    if at_op is not None:
-        files = _cut_at_op(files, at_op)
-        if files is None or native:  # past the shared run's end; or files it cannot date were written in it
-            return None
+    files = whole if at_op is None else _cut_at_op(whole, at_op)
+    if files is None or (native and files is not whole):  # past the shared run's end; or files it cannot date
+        return None
     moved = _mover(Path(stored["work"]), armed.work)
     log = RunLog.of([[_moved_event(e, moved) for e in events] for events in files])
     proc, step = score.fault_point(log)
@@ -180,7 +179,7 @@ def _journaled(ctx: Context, armed: Armed, prefix: Path, stored: dict) -> Option
     armed.native = [moved(p) for p in native]
     ctx.trial.runs.append(record)
     run = caught(ctx, armed, None, log, proc, step)
-    ctx.trial.fault["shared"] = str(prefix)
+    ctx.trial.fault = {**(ctx.trial.fault or {}), "shared": str(prefix)}
     return run
 
 
