@@ -107,7 +107,7 @@ def rebuild(ctx: Context, armed: Armed, prefix: Path) -> Optional[Faulted]:
     if ctx.opts.sweep or ctx.scenario.fault == "power-loss":
         return _journaled(ctx, armed, prefix, stored)
     initial = crash.Disk.from_dict(json.loads((prefix / DISK).read_text()))
-    record = dataclasses.replace(RunRecord(**stored["run"]), shared=True)
+    record = _record(stored)
     log = RunLog.read(Path(record.events))
     proc, step = score.fault_point(log)
     saves = [s for s in proc.saves if s.index == stored["save"]] if proc is not None else []
@@ -130,6 +130,11 @@ def rebuild(ctx: Context, armed: Armed, prefix: Path) -> Optional[Faulted]:
                        "path": rel(cut.saves[-1].path, armed.work), "files": files_after_fault(ctx, cut, armed.work),
                        "shared": str(prefix)}
     return run
+
+
+def _record(stored: dict) -> RunRecord:
+    """The shared run's record, as each trial that rebuilt its fault from it lists it: marked shared."""
+    return dataclasses.replace(RunRecord(**stored["run"]), shared=True)
 
 
 def _adopt(prefix_work: Path, work: Path) -> Callable[[str], str]:
@@ -158,7 +163,7 @@ def _mover(prefix_work: Path, work: Path) -> Callable[[str], str]:
 def _journaled(ctx: Context, armed: Armed, prefix: Path, stored: dict) -> Optional[Faulted]:
     """A power loss or a sweep from the shared run: its events cut at the fault's operation, and its journal
     and its paths mapped into this trial's sandbox (``Armed.disk``, ``end``, ``native``)."""
-    record = dataclasses.replace(RunRecord(**stored["run"]), shared=True)
+    record = _record(stored)
     whole = [protocol.read_event_file(path) for path in protocol.event_files(Path(record.events))]
     initial = crash.Disk.from_dict(json.loads((prefix / DISK).read_text()))
     final = initial.fork()
