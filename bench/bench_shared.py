@@ -1,6 +1,6 @@
 """A suite of trials faulting one save, with its faulted run shared and without (goal: well under 1).
 
-    python bench/bench_shared.py                        # five kills and five power losses in save 2, shared vs --no-share
+    python bench/bench_shared.py                       # five kills, five power losses in save 2: shared, --no-share
     python bench/bench_shared.py --fault power-loss     # the power losses only
     python bench/bench_shared.py --trials 3
 
