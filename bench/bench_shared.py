@@ -1,7 +1,7 @@
 """A suite of trials faulting one save, with its faulted run shared and without (goal: well under 1).
 
     python bench/bench_shared.py                       # five kills, five power losses in save 2: shared, --no-share
-    python bench/bench_shared.py --fault power-loss     # the power losses only
+    python bench/bench_shared.py --fault power-loss    # the power losses only
     python bench/bench_shared.py --trials 3
 
 The job is bench_horizon's (~20 ms a step, a save every 100 steps), horizon 50. Every trial faults it in
