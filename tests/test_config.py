@@ -29,7 +29,8 @@ tolerance = 1e-6
 timeout = 120
 results = "out"
 jobs = 2
-scenarios = ["kill9-mid-save", { scenario = "kill9-mid-save", id = "late", params = { save = 3, fraction = 0.9 } }]
+scenarios = ["kill9-mid-save", { scenario = "kill9-mid-save", id = "late", params = { save = 3, fraction = 0.9 } },
+             { scenario = "power-loss", sweep = true }]
 """)
     sub = tmp_path / "src" / "deep"
     sub.mkdir(parents=True)
@@ -42,7 +43,8 @@ scenarios = ["kill9-mid-save", { scenario = "kill9-mid-save", id = "late", param
     assert (conf.tolerance, conf.timeout, conf.jobs, conf.nproc) == (1e-6, 120, 2, 1)
     assert conf.results == tmp_path / "out" and conf.workdir == tmp_path
     assert conf.scenarios == (config.ScenarioEntry("kill9-mid-save"),
-                              config.ScenarioEntry("kill9-mid-save", {"save": 3, "fraction": 0.9}, "late"))
+                              config.ScenarioEntry("kill9-mid-save", {"save": 3, "fraction": 0.9}, "late"),
+                              config.ScenarioEntry("power-loss", sweep=True))
 
 
 def test_chaosckpt_toml_wins_over_pyproject_in_the_same_folder(tmp_path):
@@ -74,6 +76,7 @@ def test_command_line_values_override_the_file(tmp_path):
         ("command = 3\n", "command must be a string or a list of strings, got 3"),
         ("scenarios = [{ scenario = 'kill9-mid-save', parms = {} }]\n", "unknown key 'scenarios[0].parms'; did you mean 'params'?"),
         ("scenarios = [{ scenario = 'kill9-mid-save', params = 3 }]\n", "scenarios[0].params must be a table"),
+        ("scenarios = [{ scenario = 'power-loss', sweep = 'yes' }]\n", 'scenarios[0].sweep must be true or false, got "yes"'),
         ("resume_args = '-r'\nresume_command = 'x'\n", "give one, not both"),
     ],
 )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -218,3 +219,25 @@ def test_the_html_report_renders_offline_in_headless_chromium_without_errors_wit
     # drawn, not just present: the faulted run's orange, the resumed run's green, the fault's vermilion
     for rgb in ((0xE6, 0x9F, 0x00), (0x00, 0x9E, 0x73), (0xD5, 0x5E, 0x00)):
         assert colour_pixels(shown.screenshot, rgb) > 100, rgb
+
+def test_a_faulted_run_the_suite_shared_counts_once_in_the_totals_and_in_no_trial_alone(suite_dir):
+    prefix = suite_dir / "prefixes" / "save-2" / "faulted"
+    prefix.mkdir(parents=True)
+    (suite_dir / "trials" / "ok" / "faulted" / "events").rename(prefix / "events")
+    shutil.rmtree(suite_dir / "trials" / "bad<b>" / "faulted")
+    for name in ("ok", "bad<b>"):
+        path = suite_dir / "trials" / name / "result.json"
+        doc = json.loads(path.read_text())
+        doc["trials"][0]["runs"][1].update(shared=True, duration_s=5.0, events=str(prefix / "events"))
+        path.write_text(json.dumps(doc))
+    results = stored.load(suite_dir)
+
+    assert [len(t.trainer("faulted").steps) for t in results.trials[:2]] == [8, 8]  # read where the suite ran it
+
+    assert [t.own_time for t in results.trials] == [3.0, 3.0, 0.0]
+    assert (results.runs(), results.run_time()) == (5, 11.0)  # 2 + 2 runs of their own, and the shared one
+    root = ET.fromstring(junit.render(results))
+    assert root.get("time") == root.find("testsuite").get("time") == "11.000"
+    assert [c.get("time") for c in root.iter("testcase")] == ["3.000", "3.000", "0.000"]
+    page = html.render(results)
+    assert "5 runs, 11 s" in page and "faulted (shared by the suite): python train.py" in page

@@ -1,5 +1,6 @@
-"""Rebuilding a kill inside a save from the journal of a shared run: which write it fires in, what the
-disk holds, and which trials may share (the end-to-end proof is tests/test_e2e_shared.py)."""
+"""Rebuilding a kill or a power loss inside a save from the journal of a shared run: which write it fires in,
+what the disk holds, where its events end, and which trials may share (the end-to-end proof is
+tests/test_e2e_shared.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import os
 
 import pytest
 
-from chaosckpt.conductor import crash, scenario
+from chaosckpt.conductor import crash, leftovers, scenario
 from chaosckpt.conductor.runlog import Save
 from chaosckpt.conductor.trial import shared
 
@@ -67,10 +68,13 @@ def test_a_save_whose_file_the_journal_never_saw_written_is_not_rebuilt(tmp_path
     ("kill9-mid-save", {"save": -1}, 1, None),
     ("kill9-mid-save", {"step": 300}, 1, None),
     ("enospc", {"save": 2}, 1, None),
-    ("power-loss", {"save": 2}, 1, None),
+    ("power-loss", {"save": 2}, 1, 2),
+    ("power-loss", {"save": 3, "op": 2, "model": "strict"}, 1, 3),
+    ("power-loss", {"save": 2, "node": 1}, 1, None),
+    ("power-loss", {"save": 2}, 2, None),
     ("eval-left-on", {}, 1, None),
 ])
-def test_only_single_process_kills_at_a_numbered_save_share(name, params, nproc, save):
+def test_only_single_process_kills_and_power_losses_at_a_numbered_save_share(name, params, nproc, save):
     assert shared.shareable(scenario.load(name, params), nproc) == save
 
 
@@ -86,3 +90,68 @@ def test_a_disk_read_back_from_json_replays_a_journal_as_the_one_scanned(tmp_pat
     rebuilt = shared._crash_state(back, ops, target, 120)[0]
     assert [e.key() for e in rebuilt] == [e.key() for e in shared._crash_state(scanned, ops, target, 120)[0]]
     assert {e.path: e.length for e in rebuilt} == {str(root / "old" / "last.pt"): 40, tmp: 120}
+
+
+def test_a_power_loss_after_an_operation_keeps_the_events_up_to_it_and_fires_there():
+    saver = [{"v": 1, "t": "hello", "ts": 0.0, "pid": 5},
+             {"v": 1, "t": "save-begin", "ts": 1.0, "pid": 5, "save": 2, "op": 4},
+             {"v": 1, "t": "op", "ts": 1.1, "pid": 5, "n": 5, "op": "open"},
+             {"v": 1, "t": "op", "ts": 1.2, "pid": 5, "n": 6, "op": "write"},
+             {"v": 1, "t": "save-end", "ts": 1.3, "pid": 5, "save": 2, "ok": True},
+             {"v": 1, "t": "fault", "ts": 1.4, "pid": 5, "fault": "halt", "save": 2, "after_save": True}]
+    helper = [{"v": 1, "t": "hello", "ts": 0.5, "pid": 6}, {"v": 1, "t": "hello", "ts": 1.25, "pid": 6}]
+
+    cut = shared._cut_at_op([helper, saver], 2)
+    assert cut[1] == saver[:4] + [{"v": 1, "t": "fault", "ts": 1.2, "pid": 5, "fault": "halt", "save": 2, "op": 6,
+                                   "after": "write"}]
+    assert cut[0] == helper[:1]
+    assert shared._cut_at_op([helper, saver], 3) is None  # the shared run made no third operation in save 2
+
+
+def test_a_journal_mapped_into_another_sandbox_names_its_files_there_with_the_same_data(tmp_path):
+    ops, target, tmp, last = journal(str(tmp_path / "a"))
+    disk = crash.Disk([str(tmp_path / "a")])
+    for op in ops:
+        disk.apply(op)
+
+    def move(path):
+        return path.replace(str(tmp_path / "a"), str(tmp_path / "b"), 1)
+
+    moved = disk.relocated(move)
+    assert moved.roots == [str(tmp_path / "b")] and set(moved.names) == {move(last)}
+    assert [(e.path, e.source, e.length) for e in moved.after_crash("none")] == [(move(last), move(last), 200)]
+    assert [e.key()[1:] for e in moved.after_crash("ordered")] == [e.key()[1:] for e in disk.after_crash("ordered")]
+
+
+def test_a_killed_suites_shared_sandbox_is_removed_by_clean_with_the_trials_own_and_then_is_not_ready(tmp_path):
+    suite = tmp_path / "results" / "20261202-050715-suite"
+    prefix = suite / "prefixes" / "save-2"
+    boxes = [prefix / "sandboxes" / "faulted", suite / "trials" / "t1" / "sandboxes" / "resume"]
+    for box in boxes:
+        box.mkdir(parents=True)
+        (box / "last.pt").write_bytes(b"x" * 10)
+    (prefix / shared.RECORD).write_text(json.dumps({"work": str(boxes[0])}))
+    (suite / leftovers.LOCK).write_text("")  # its lock file is there and nobody holds it: the suite was killed
+    assert shared.ready(prefix)
+
+    [cleaned] = leftovers.sweep(tmp_path / "results")
+
+    assert sorted(cleaned.sandboxes) == sorted(b.parent for b in boxes)
+    assert not any(b.parent.exists() for b in boxes) and (prefix / shared.RECORD).is_file()
+    assert not shared.ready(prefix)  # a resumed suite runs the shared faulted run again
+
+
+def test_a_suite_groups_the_kills_power_losses_and_sweeps_of_one_save_and_replays_a_sweep_with_its_flag(tmp_path):
+    from chaosckpt.conductor.suite import Plan, PlannedTrial, Suite
+
+    trials = [PlannedTrial("kill", "kill9-mid-save", {"save": 2}), PlannedTrial("op", "power-loss", {"save": 2, "op": 3}),
+              PlannedTrial("sweep", "power-loss", {"save": 2}, sweep=True), PlannedTrial("full", "enospc", {"save": 2}),
+              PlannedTrial("alone", "power-loss", {"save": 3})]
+    plan = Plan(args=["train.py"], command=["python", "train.py"], resume_command=["python", "train.py"], resume_option=[],
+                workdir=str(tmp_path), results=str(tmp_path), timeout=3600.0, tolerance=0.0, nproc=1, seed=None,
+                trials=trials, reference_key="k", created="2026-12-02T05:00:00+00:00")
+
+    groups = Suite(tmp_path, plan).shared_groups(trials)
+
+    assert {folder.name: [t.id for t in group] for folder, group in groups.items()} == {"save-2": ["kill", "op", "sweep"]}
+    assert plan.replay(trials[2]) == f"cd {tmp_path} && chaosckpt run --scenario power-loss -p save=2 --sweep -- train.py"

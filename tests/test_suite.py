@@ -144,6 +144,8 @@ params = { save = 2, fraction = 0.9 }
     assert "Interrupted" in err and "continue it with: chaosckpt suite --resume" in err
     assert processes_of(results) == []
     folder = suite_folder(project)
+    assert (folder / "prefixes" / "save-2" / "prefix.json").is_file()  # the two kills in save 2 shared a faulted run
+    assert sorted(folder.rglob("sandboxes")) == []  # its sandbox went with the trials' own; --resume runs it again
     first = folder / "trials" / "first" / "result.json"
     before = (first.stat().st_ino, first.stat().st_mtime_ns, first.read_text())
     assert not (folder / "trials" / "second" / "result.json").exists()

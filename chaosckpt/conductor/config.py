@@ -35,6 +35,8 @@ class ScenarioEntry:
     scenario: str
     params: Dict[str, Any] = field(default_factory=dict)
     id: Optional[str] = None
+    sweep: bool = False
+    """Crash after every operation of the save in turn (``chaosckpt run --sweep``)."""
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,8 @@ class SuiteConfig:
     exclude: Tuple[Path, ...] = ()
     """Paths left out of the sandbox (``--exclude``), relative to ``workdir``."""
     share: bool = True
-    """Kills inside the same save share one journaled faulted run (``trial.shared``); false runs each alone."""
+    """Kills, power losses and sweeps of the same save share one journaled faulted run (``trial.shared``); false
+    runs each alone."""
     source: Optional[str] = None
 
     def merged(self, **cli: Any) -> "SuiteConfig":
@@ -122,7 +125,7 @@ def _paths(key: str, value: Any) -> None:
 
 def _flag(key: str, value: Any) -> None:
     if not isinstance(value, bool):
-        raise UsageError(f"{key} must be true or false, got {value!r}")
+        raise UsageError(f"{key} must be true or false, got {shown(value)}")
 
 
 def _entries(key: str, value: Any) -> None:
@@ -175,7 +178,7 @@ def _scenario_entry(item: Any, where: str) -> ScenarioEntry:
         return ScenarioEntry(item)
     if not isinstance(item, dict):
         raise UsageError(f"{where} must be a scenario name or a table {{scenario = ..., params = {{...}}}}, got {shown(item)}")
-    known = ["scenario", "params", "id"]
+    known = ["scenario", "params", "id", "sweep"]
     for key in item:
         if key not in known:
             raise _unknown(key, known, f"{where}.")
@@ -187,7 +190,9 @@ def _scenario_entry(item: Any, where: str) -> ScenarioEntry:
     ident = item.get("id")
     if ident is not None and (not isinstance(ident, str) or not ident.strip()):
         raise UsageError(f"{where}.id must be a non-empty string, got {shown(ident)}")
-    return ScenarioEntry(item["scenario"], dict(params), ident)
+    sweep = item.get("sweep", False)
+    _flag(f"{where}.sweep", sweep)
+    return ScenarioEntry(item["scenario"], dict(params), ident, sweep)
 
 
 def from_table(table: Dict[str, Any], base: Path, prefix: str) -> SuiteConfig:

@@ -22,7 +22,7 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterable, List, Literal, Optional, Tuple
+from typing import Callable, Dict, Iterable, List, Literal, Optional, Tuple
 
 Model = Literal["none", "ordered", "strict"]
 MODELS = ("none", "ordered", "strict")
@@ -188,6 +188,20 @@ class Disk:
     def fork(self) -> "Disk":
         return copy.deepcopy(self)
 
+    def relocated(self, move: Callable[[str], str]) -> "Disk":
+        """The same disk with every path put where ``move`` says: a suite's shared run's journal mapped into a
+        trial's own sandbox (``trial.shared``)."""
+        disk = self.fork()
+        disk.roots = [move(r) for r in self.roots]
+        disk.dirs = {move(d) for d in self.dirs}
+        disk.names = {move(p): key for p, key in self.names.items()}
+        for inode in disk.inodes.values():
+            inode.location = None if inode.location is None else move(inode.location)
+            inode.kept = {v: move(p) for v, p in inode.kept.items()}
+        disk.durable_names = {move(d): {move(p): v for p, v in listing.items()}
+                              for d, listing in self.durable_names.items()}
+        return disk
+
     def to_dict(self) -> Dict[str, object]:
         """The disk for ``json.dumps`` (inode numbers become lists): a suite keeps the start of a shared run's
         journal this way."""
@@ -270,13 +284,16 @@ def unseen(disk: Disk) -> List[str]:
     return sorted(found)
 
 
-def power_cut(disk: Disk, ops: Iterable[dict], model: Model, roots: Iterable[str]) -> Tuple[List[Entry], List[str]]:
+def power_cut(disk: Disk, ops: Iterable[dict], model: Model, roots: Iterable[str], final: Optional[Disk] = None,
+              native: Optional[List[str]] = None) -> Tuple[List[Entry], List[str]]:
     """Replay ``ops`` over ``disk`` and rewrite ``roots`` into what they hold when the power comes back;
-    the entries written, and the files no model can judge (``unseen``), which are left as the job wrote them."""
+    the entries written, and the files no model can judge (``unseen``), which are left as the job wrote them.
+    A crash state rebuilt from a longer journal gives that journal's ``final`` disk (where the data is now)
+    and its ``native`` files."""
     for op in ops:
         disk.apply(op)
-    entries = disk.after_crash(model)
-    native = unseen(disk)
+    entries = disk.after_crash(model, final=final)
+    native = unseen(disk) if native is None else native
     entries += [Entry(path, path, os.path.getsize(path)) for path in native]
     materialize(entries, roots)
     return entries, native

@@ -60,6 +60,9 @@ class RunRecord:
     """Its horizon stopped it (and the conductor killed it there): not a crash."""
     stop: Optional[Dict[str, Any]] = None
     """The horizon it was given (``CHAOSCKPT_STOP``); null: it ran to its end."""
+    shared: bool = False
+    """A suite's faulted run that several trials rebuilt their faults from (``trial.shared``): its time is
+    the suite's, counted once, not each trial's."""
 
 
 @dataclass

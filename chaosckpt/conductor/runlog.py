@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterable, List, Optional
 
 from chaosckpt import protocol
 
@@ -119,12 +119,12 @@ class RunLog:
 
     @classmethod
     def read(cls, run_dir: Path) -> "RunLog":
-        logs = []
-        for path in protocol.event_files(run_dir):
-            events = protocol.read_event_file(path)
-            if events:
-                logs.append(_process(events))
-        return cls(logs)
+        return cls.of(protocol.read_event_file(path) for path in protocol.event_files(run_dir))
+
+    @classmethod
+    def of(cls, files: Iterable[List[Event]]) -> "RunLog":
+        """The run from the events of each of its event files (a suite cuts a shared run's at its trials' faults)."""
+        return cls([_process(events) for events in files if events])
 
     @property
     def agent_loaded(self) -> bool:

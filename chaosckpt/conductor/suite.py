@@ -6,8 +6,8 @@ A suite folder holds everything needed to continue it or to render its reports:
     reference/         the reference run every trial reuses (from the cache, or run here)
     trials/<id>/       spec.json (what its worker runs), result.json (its verdict, written atomically),
                        worker.log, and the trial's own runs
-    prefixes/save-<k>/ the faulted run shared by the trials that kill the job inside save k (``trial.shared``):
-                       its journal, its halted sandbox (removed when those trials are done) and prefix.json
+    prefixes/save-<k>/ the faulted run shared by the trials that fault save k (``trial.shared``): its journal,
+                       its halted sandbox (removed when the suite's trials are done or interrupted) and prefix.json
     result.json        all verdicts in one document, as ``chaosckpt run --json`` prints them
 
 Each trial runs in a worker process (``python -m chaosckpt.conductor.suite SPEC``), so that Ctrl-C
@@ -54,6 +54,8 @@ class PlannedTrial:
     id: str
     scenario: str
     params: Dict[str, Any] = field(default_factory=dict)
+    sweep: bool = False
+    """Crash after every operation of the save in turn (``chaosckpt run --sweep``)."""
 
 
 @dataclass
@@ -110,6 +112,8 @@ class Plan:
         argv = ["chaosckpt", "run", "--scenario", scen]
         for key, value in trial.params.items():
             argv += ["-p", f"{key}={json.dumps(value)}"]
+        if trial.sweep:
+            argv.append("--sweep")
         argv += self.resume_option
         if self.timeout != 3600.0:
             argv += ["--timeout", f"{self.timeout:g}"]
@@ -241,13 +245,15 @@ class Suite:
             "exclude": [self.plan.results, *self.plan.exclude],
             "maps": self.plan.maps,
             "prefix": None if prefix is None else str(prefix),
+            "sweep": trial.sweep,
         }
         path = folder / "spec.json"
         atomic.write_text(path, json.dumps(spec, indent=2) + "\n")
         return path
 
     def shared_groups(self, trials: List[PlannedTrial]) -> Dict[Path, List[PlannedTrial]]:
-        """The trials that share a faulted run, under the folder of that run: two or more kills inside one save."""
+        """The trials that share a faulted run, under the folder of that run: two or more kills, power losses or
+        sweeps of one save."""
         from chaosckpt.conductor.trial import shared
 
         groups: Dict[Path, List[PlannedTrial]] = {}
@@ -264,7 +270,7 @@ class Suite:
         the run's folder. A group whose run failed is left out: its trials run their own."""
         from chaosckpt.conductor.trial import shared
 
-        todo = [(folder, group[0]) for folder, group in groups.items() if not (folder / shared.RECORD).is_file()]
+        todo = [(folder, group[0]) for folder, group in groups.items() if not shared.ready(folder)]
         running: List[subprocess.Popen] = []
         try:
             while todo or running:
@@ -276,16 +282,18 @@ class Suite:
         except KeyboardInterrupt:
             _stop(running)
             raise
-        return {t.id: folder for folder, group in groups.items() if (folder / shared.RECORD).is_file() for t in group}
+        return {t.id: folder for folder, group in groups.items() if shared.ready(folder) for t in group}
 
     def run(self, on_done: Callable[[Finished], None]) -> List[Finished]:
-        """Run every pending trial, ``jobs`` at a time; on Ctrl-C stop the workers and re-raise."""
+        """Run every pending trial, ``jobs`` at a time; on Ctrl-C stop the workers and re-raise. The shared
+        faulted runs' sandboxes go when the trials are done or interrupted, as the trials' own do (a resumed
+        suite runs them again)."""
         queue = [t for t in self.pending() if self.selected is None or t.id in self.selected]
         groups = self.shared_groups(queue)
-        prefixes = self._prefixes(groups)
         running: Dict[subprocess.Popen, tuple] = {}
         done: List[Finished] = []
         try:
+            prefixes = self._prefixes(groups)
             while queue or running:
                 while queue and len(running) < self.jobs:
                     trial = queue.pop(0)
@@ -300,9 +308,9 @@ class Suite:
         except KeyboardInterrupt:
             _stop(list(running))
             raise
-        if not self.keep_sandbox:
-            for folder, group in groups.items():
-                if all(self.stored(t) is not None for t in group):
+        finally:
+            if not self.keep_sandbox:
+                for folder in groups:
                     sandbox.remove(folder / "sandboxes")
         return done
 
@@ -365,7 +373,7 @@ def worker(spec_path: Path) -> int:
         spec["timeout"], spec["tolerance"], spec["keep_sandbox"], reference=Path(spec["reference"]),
         exclude=[Path(p) for p in spec["exclude"]], horizon=spec.get("horizon", horizon.DEFAULT),
         maps=[Path(p) for p in spec.get("maps", [])],
-        prefix=Path(spec["prefix"]) if spec.get("prefix") else None,
+        prefix=Path(spec["prefix"]) if spec.get("prefix") else None, sweep=spec.get("sweep", False),
     )
     if opts.prefix == opts.results_dir:
         return shared.make_prefix(scen, opts)

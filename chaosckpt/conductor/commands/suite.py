@@ -38,9 +38,11 @@ def _plan_trials(conf: configs.SuiteConfig, base: Path, params: Dict[str, Any]) 
     for entry in entries:
         name = _scenario_name(entry.scenario, base)
         overrides = {**entry.params, **params}
-        scenarios.load(name, overrides)  # every trial's scenario and parameters are checked before anything runs
-        label = entry.id or "-".join([scenario_label(name), *(f"{k}={v}" for k, v in overrides.items())])
-        planned.append(PlannedTrial(label, name, overrides))
+        scen = scenarios.load(name, overrides)  # every trial's scenario and parameters are checked before anything runs
+        invocation.check_sweep(scen, entry.sweep)
+        label = entry.id or "-".join([scenario_label(name), *(f"{k}={v}" for k, v in overrides.items()),
+                                      *(["sweep"] if entry.sweep else [])])
+        planned.append(PlannedTrial(label, name, overrides, entry.sweep))
     for trial, ident in zip(planned, trial_ids([t.id for t in planned])):
         trial.id = ident
     return planned
@@ -149,7 +151,8 @@ def _line(item: Finished) -> str:
 @click.option("--horizon", "horizon_value", default=None, metavar="N|end",
               help=f"Steps compared after each resume point (default {horizons.DEFAULT}); 'end' runs every run to the job's end.")
 @click.option("--share/--no-share", default=None,
-              help="Kills inside the same save share one journaled faulted run (default); --no-share runs each alone.")
+              help="Kills, power losses and sweeps of the same save share one journaled faulted run (default); "
+                   "--no-share runs each alone.")
 @click.option("--resume", "resume_suite", is_flag=True, help="Continue the newest interrupted suite; finished trials are kept.")
 @click.option("-k", "keyword", default=None, metavar="EXPR",
               help='Only trials whose id or scenario matches EXPR, as pytest\'s -k: -k "enospc and not late".')

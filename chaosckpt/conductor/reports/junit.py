@@ -31,7 +31,7 @@ def _counts(results: Results) -> dict:
 
 
 def _time(results: Results) -> str:
-    return f"{sum(t.own_time for t in results.trials):.3f}"
+    return f"{results.run_time():.3f}"
 
 
 def _properties(parent: ET.Element, results: Results) -> None:

@@ -42,9 +42,15 @@ class StoredTrial:
     """The scenario parameters this trial set (a suite's overrides, or a run's trigger)."""
 
     @property
+    def own_runs(self) -> List[RunRecord]:
+        """The runs started for this trial alone: not a reference reused from the suite or the cache, nor a
+        faulted run the suite shared among trials (``Results.shared_runs``)."""
+        return [r for r in self.trial.runs if not r.cached and not r.shared] if self.trial else []
+
+    @property
     def own_time(self) -> float:
-        """Seconds this trial's own runs took: a reference reused from the suite or the cache is not counted."""
-        return sum(r.duration_s for r in self.trial.runs if not r.cached) if self.trial else 0.0
+        """Seconds this trial's own runs took."""
+        return sum(r.duration_s for r in self.own_runs)
 
     @property
     def status(self) -> str:
@@ -52,16 +58,23 @@ class StoredTrial:
 
     def trainer(self, run: str) -> Optional[ProcessLog]:
         """The training process of one of the trial's runs (``reference``, ``faulted``, ``resume``)."""
-        events = self.folder / run / "events"
+        events = self._events(run)
         return RunLog.read(events).trainer() if events.is_dir() else None
 
     def saver(self, run: str) -> Optional[ProcessLog]:
-        events = self.folder / run / "events"
+        events = self._events(run)
         return RunLog.read(events).saver() if events.is_dir() else None
+
+    def _events(self, run: str) -> Path:
+        """The run's events in the trial's folder; else where its record says (a faulted run the suite shared)."""
+        events = self.folder / run / "events"
+        records = [r for r in self.trial.runs if r.name == run and r.shared] if self.trial else []
+        return Path(records[0].events) if records and not events.is_dir() else events
 
     def commands(self) -> List[str]:
         """Each run's command line, as it was started."""
-        return [f"{r.name}: {shlex.join(r.command)}" for r in self.trial.runs] if self.trial else []
+        return [f"{r.name}{' (shared by the suite)' if r.shared else ''}: {shlex.join(r.command)}"
+                for r in self.trial.runs] if self.trial else []
 
 
 @dataclass
@@ -91,6 +104,19 @@ class Results:
         for t in self.trials:
             out[t.status] += 1
         return out
+
+    def shared_runs(self) -> List[RunRecord]:
+        """The faulted runs the trials shared, each once (a run is known by its events folder)."""
+        runs = {r.events: r for t in self.trials if t.trial for r in t.trial.runs if r.shared}
+        return list(runs.values())
+
+    def runs(self) -> int:
+        """How many runs of the job the trials took: their own, and each shared run once."""
+        return sum(len(t.own_runs) for t in self.trials) + len(self.shared_runs())
+
+    def run_time(self) -> float:
+        """Seconds those runs took."""
+        return sum(t.own_time for t in self.trials) + sum(r.duration_s for r in self.shared_runs())
 
     def summary(self) -> str:
         """``3 passed, 1 failed`` (zero counts left out)."""

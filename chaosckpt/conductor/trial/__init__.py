@@ -6,7 +6,8 @@ and the faulted sandbox) -> ``faulted`` (the run the fault stops) -> ``aftermath
 leaves on disk) -> ``resume`` (the job restarted the way the user restarts it) -> ``scoring`` (the
 verdict, all ranks included); ``runner`` strings them together and writes the headline; ``crashpoints``
 and ``survivor`` are the two other endings (a sweep of every crash point, a job that carried on past
-its fault); ``shared`` replaces the faulted step in a suite whose kills in one save share one run.
+its fault); ``shared`` replaces the faulted step in a suite whose kills, power losses and sweeps of one
+save share one run.
 """
 
 from chaosckpt.conductor.trial.options import Stop, TrialOptions

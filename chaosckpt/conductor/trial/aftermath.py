@@ -18,7 +18,7 @@ def power_loss(ctx: Context, armed: Armed, faulted: RunLog) -> None:
     """Rewrite the checkpoint directories into what the disk holds when the power comes back."""
     disk, work = armed.disk, armed.work
     model = ctx.scenario.trigger.model
-    entries, native = crash.power_cut(disk, faulted.ops(), model, armed.roots)
+    entries, native = crash.power_cut(disk, faulted.ops(), model, armed.roots, armed.end, armed.native)
     _record(ctx, work, model, {e.path: e.length for e in entries}, native)
 
 

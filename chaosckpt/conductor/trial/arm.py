@@ -28,6 +28,10 @@ class Armed:
     """Bytes the faulted save wrote in the reference run."""
     cut: Optional[NodeFault] = None
     """A power loss of one node of a multi-node job, which that node applies to its own folders."""
+    end: Optional["crash.Disk"] = None
+    """Where a suite's shared run left each file's data, when the fault was rebuilt from it (``shared``)."""
+    native: Optional[List[str]] = None
+    """The files that shared run's journal never saw written (``crash.unseen``), in this sandbox."""
 
 
 def arm(ctx: Context, reference: RunLog) -> Armed:

@@ -61,6 +61,12 @@ def faulted(ctx: Context, armed: Armed, reference: RunLog) -> Faulted:
             f"the job {ended} without reaching the fault's point in save "
             f"{fault['save']}; its saves differ from the uninterrupted run's",
         )
+    return caught(ctx, armed, result, log, proc, step)
+
+
+def caught(ctx: Context, armed: Armed, result: Optional[RunResult], log: RunLog, proc: ProcessLog,
+           step: Optional[int]) -> Faulted:
+    """Where the fault fired in ``proc`` and what the job had saved by then, into the verdict."""
     event = proc.fault
     completed = proc.completed_saves(before=event["ts"]) + checkpoints.good_part(checkpoints.interrupted_save(proc))
     run = Faulted(result, log, proc, step, completed, checkpoints.gone(completed))

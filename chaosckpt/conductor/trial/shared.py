@@ -1,10 +1,17 @@
-"""A faulted run shared by the trials of a suite that kill the job inside the same save.
+"""A faulted run shared by the trials of a suite that fault the job in the same save.
 
-``run_prefix`` runs the job once with the journal on and halts it right after save ``k`` returns; the
-journal and the write boundaries the agent reports for that save say what a SIGKILL at any byte or
-write of it leaves on disk (a process crash keeps every byte written, the ``none`` model). ``rebuild``
-is the faulted step of a trial that uses it: the trial's sandbox gets the prefix's files with the
-checkpoint directories rewritten to that crash state, and the trial goes on to its own resume.
+``run_prefix`` runs the job once with the journal on and halts it right after save ``k`` returns (at its
+next step), as a power loss just after the save would; the journal, and the write boundaries the agent
+reports for that save, say what every trial of that save would have left on disk. ``rebuild`` is the
+faulted step of a trial that uses it: the trial's sandbox gets the prefix's files, and
+
+- a kill at a byte or a write of the save: the checkpoint directories rewritten to that crash state (a
+  process crash keeps every byte written, the ``none`` model) and the run's events cut there;
+- a power loss (just after the save, or after its operation ``op``) or a sweep of the save: the run's
+  events cut at that operation and its journal mapped into this sandbox, so that the aftermath, the
+  sweep and the lost-checkpoint findings work on them as on the trial's own faulted run.
+
+The trial then goes on to its own resume(s).
 """
 
 from __future__ import annotations
@@ -18,13 +25,14 @@ import sys
 from pathlib import Path
 from typing import Callable, List, Optional, Tuple
 
+from chaosckpt import protocol
 from chaosckpt.conductor import arming, atomic, confinement, crash, sandbox, score
 from chaosckpt.conductor.result import RunRecord, Trial
 from chaosckpt.conductor.runlog import ProcessLog, RunLog, Save
 from chaosckpt.conductor.scenario import Scenario
 from chaosckpt.conductor.trial.arm import Armed
 from chaosckpt.conductor.trial.context import Context, rel
-from chaosckpt.conductor.trial.faulted import Faulted, files_after_fault
+from chaosckpt.conductor.trial.faulted import Faulted, caught, files_after_fault
 from chaosckpt.conductor.trial.options import Stop, TrialOptions
 from chaosckpt.conductor.trial.plan import place, run_stop
 from chaosckpt.conductor.trial.reference import reference
@@ -36,10 +44,11 @@ DISK = "disk.json"
 
 
 def shareable(scenario: Scenario, nproc: int) -> Optional[int]:
-    """The save a trial kills the job inside, when its faulted run can be rebuilt from a shared one: a
-    single-process SIGKILL at a byte fraction or a write of a save named by its number; None otherwise."""
+    """The save a trial faults, when its faulted run can be rebuilt from a shared one: a single-process
+    SIGKILL at a byte fraction or a write, or a power loss, or a sweep of either, in a save named by its
+    number; None otherwise."""
     trigger = scenario.trigger
-    if scenario.fault != "kill" or nproc != 1 or trigger.free_bytes is not None:
+    if scenario.fault not in ("kill", "power-loss") or nproc != 1 or trigger.node is not None:
         return None
     if any(getattr(trigger, key, None) is not None for key in ("step", "after")) or trigger.save < 1:
         return None
@@ -83,13 +92,22 @@ def run_prefix(ctx: Context) -> None:
                       json.dumps({"work": str(work), "roots": roots, "save": save, "run": record}, indent=2) + "\n")
 
 
+def ready(prefix: Path) -> bool:
+    """Whether the shared run in ``prefix`` is in and its sandbox still there to rebuild trials from."""
+    if not (prefix / RECORD).is_file():
+        return False
+    return Path(json.loads((prefix / RECORD).read_text())["work"]).is_dir()
+
+
 def rebuild(ctx: Context, armed: Armed, prefix: Path) -> Optional[Faulted]:
-    """The faulted step from the shared run: the crash state of this trial's byte or write of the save, in
-    this trial's sandbox, and the run's events cut at that point. None when the journal cannot say it (the
-    save's file was not journaled): the trial then runs its own faulted run."""
+    """The faulted step from the shared run, in this trial's sandbox (see the module's docstring). None when
+    the journal cannot say it (the save's file was not journaled, the operation is past the shared run's
+    end): the trial then runs its own faulted run."""
     stored = json.loads((prefix / RECORD).read_text())
+    if ctx.opts.sweep or ctx.scenario.fault == "power-loss":
+        return _journaled(ctx, armed, prefix, stored)
     initial = crash.Disk.from_dict(json.loads((prefix / DISK).read_text()))
-    record = RunRecord(**stored["run"])
+    record = _record(stored)
     log = RunLog.read(Path(record.events))
     proc, step = score.fault_point(log)
     saves = [s for s in proc.saves if s.index == stored["save"]] if proc is not None else []
@@ -102,18 +120,7 @@ def rebuild(ctx: Context, armed: Armed, prefix: Path) -> Optional[Faulted]:
     if state is None:
         return None
     entries, applied = state
-    prefix_work = Path(stored["work"]).resolve()
-    shutil.rmtree(armed.work)
-    sandbox.create(prefix_work, armed.work)
-    layers = confinement.layers(prefix_work)
-    if layers.is_dir():  # what the job wrote into the folders overlaid for it (--map, caches)
-        shutil.rmtree(confinement.layers(armed.work), ignore_errors=True)
-        shutil.copytree(layers, confinement.layers(armed.work), symlinks=True, ignore=_specials)
-
-    def moved(path: str) -> str:
-        inside = path == str(prefix_work) or path.startswith(str(prefix_work) + os.sep)
-        return str(armed.work.resolve() / os.path.relpath(path, prefix_work)) if inside else path
-
+    moved = _adopt(Path(stored["work"]), armed.work)
     crash.materialize(entries, stored["roots"], moved)
     cut = _cut_at(proc, target, applied, write, at, moved)
     ctx.trial.runs.append(record)
@@ -123,6 +130,88 @@ def rebuild(ctx: Context, armed: Armed, prefix: Path) -> Optional[Faulted]:
                        "path": rel(cut.saves[-1].path, armed.work), "files": files_after_fault(ctx, cut, armed.work),
                        "shared": str(prefix)}
     return run
+
+
+def _record(stored: dict) -> RunRecord:
+    """The shared run's record, as each trial that rebuilt its fault from it lists it: marked shared."""
+    return dataclasses.replace(RunRecord(**stored["run"]), shared=True)
+
+
+def _adopt(prefix_work: Path, work: Path) -> Callable[[str], str]:
+    """Make ``work`` a copy of the shared run's sandbox as that run left it; where a path of it is in ``work``."""
+    prefix_work = prefix_work.resolve()
+    shutil.rmtree(work)
+    sandbox.create(prefix_work, work)
+    layers = confinement.layers(prefix_work)
+    if layers.is_dir():  # what the job wrote into the folders overlaid for it (--map, caches)
+        shutil.rmtree(confinement.layers(work), ignore_errors=True)
+        shutil.copytree(layers, confinement.layers(work), symlinks=True, ignore=_specials)
+    return _mover(prefix_work, work)
+
+
+def _mover(prefix_work: Path, work: Path) -> Callable[[str], str]:
+    """Where a path of the shared run's sandbox is in the trial's sandbox ``work``; other paths stay."""
+    prefix_work = prefix_work.resolve()
+
+    def moved(path: str) -> str:
+        inside = path == str(prefix_work) or path.startswith(str(prefix_work) + os.sep)
+        return str(work.resolve() / os.path.relpath(path, prefix_work)) if inside else path
+
+    return moved
+
+
+def _journaled(ctx: Context, armed: Armed, prefix: Path, stored: dict) -> Optional[Faulted]:
+    """A power loss or a sweep from the shared run: its events cut at the fault's operation, and its journal
+    and its paths mapped into this trial's sandbox (``Armed.disk``, ``end``, ``native``)."""
+    record = _record(stored)
+    whole = [protocol.read_event_file(path) for path in protocol.event_files(Path(record.events))]
+    initial = crash.Disk.from_dict(json.loads((prefix / DISK).read_text()))
+    final = initial.fork()
+    for op in RunLog.of(whole).ops():
+        final.apply(op)
+    native = crash.unseen(final)
+    at_op = armed.fault.get("at_op")
+    files = whole if at_op is None else _cut_at_op(whole, at_op)
+    if files is None or (native and files is not whole):  # past the shared run's end; or files it cannot date
+        return None
+    moved = _mover(Path(stored["work"]), armed.work)
+    log = RunLog.of([[_moved_event(e, moved) for e in events] for events in files])
+    proc, step = score.fault_point(log)
+    if proc is None:
+        return None
+    _adopt(Path(stored["work"]), armed.work)
+    armed.disk, armed.end = initial.relocated(moved), final.relocated(moved)
+    armed.native = [moved(p) for p in native]
+    ctx.trial.runs.append(record)
+    run = caught(ctx, armed, None, log, proc, step)
+    ctx.trial.fault = {**(ctx.trial.fault or {}), "shared": str(prefix)}
+    return run
+
+
+def _cut_at_op(files: List[List[dict]], at_op: int) -> Optional[List[List[dict]]]:
+    """The events as a halt after operation ``at_op`` of the faulted save would have left them: the halted
+    process's up to that operation and the fault it fires there, the others' up to that moment. None when
+    the shared run never made that operation."""
+    for events in files:
+        fault = next((e for e in events if e["t"] == "fault"), None)
+        if fault is None:
+            continue
+        begin = next((e for e in events if e["t"] == "save-begin" and e["save"] == fault["save"]), None)
+        n = (begin or {}).get("op", 0) + at_op
+        last = next((i for i, e in enumerate(events) if e["t"] == "op" and e["n"] == n), None)
+        if begin is None or last is None:
+            return None
+        op = events[last]
+        halt = {"v": op["v"], "t": "fault", "ts": op["ts"], "pid": op["pid"], "fault": "halt", "save": fault["save"],
+                "op": n, "after": op["op"]}
+        return [events[: last + 1] + [halt] if e is events else [x for x in e if x["ts"] <= op["ts"]] for e in files]
+    return None
+
+
+def _moved_event(event: dict, moved: Callable[[str], str]) -> dict:
+    """One event of the shared run with its paths in the trial's sandbox; without the write boundaries the
+    shared run alone asked for."""
+    return {k: moved(v) if isinstance(v, str) else v for k, v in event.items() if k != "ends"}
 
 
 def _cut_at(proc: ProcessLog, target: Save, applied: set, write: int, at: int,
