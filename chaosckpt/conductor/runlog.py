@@ -29,6 +29,17 @@ class Save:
     error: Optional[str] = None
     ends: Optional[List[int]] = None
     """Where each write of the save ended, in bytes from its start, when the fault asked for them."""
+    moves: List[Event] = field(default_factory=list)
+    """``save-move`` events: files moved or copied while it was open."""
+
+    def paths(self) -> List[str]:
+        """Its files: those its save calls wrote, then those moved or copied in from elsewhere (a temporary
+        file in ``$TMPDIR`` written from a file object), in order."""
+        out = [p for p in [self.path, *(f.get("path") for f in self.files)] if p is not None]
+        for move in self.moves:
+            if move["src"] not in out and move["dst"] not in out:
+                out.append(move["dst"])
+        return out
 
 
 @dataclass
@@ -58,8 +69,8 @@ class ProcessLog:
         """Every file (or DCP folder) the job saved to, in the order of its first save there."""
         out: List[str] = []
         for save in self.saves:
-            for path in [save.path, *(f.get("path") for f in save.files)]:
-                if path is not None and path not in out:
+            for path in save.paths():
+                if path not in out:
                     out.append(path)
         return out
 
@@ -90,6 +101,8 @@ def _process(events: List[Event]) -> ProcessLog:
             save = by_index[e["save"]]
             save.files.append(e)
             save.ends = e.get("ends") if len(save.files) == 1 else None  # a shared run rebuilds one-file checkpoints
+        elif kind == "save-move" and e["save"] in by_index:
+            by_index[e["save"]].moves.append(e)
         elif kind == "load":
             log.loads.append(e)
         elif kind == "restore":
