@@ -31,9 +31,9 @@ NODE_SCENARIOS = ("node-power-loss", "node-loss")
 """Scenarios of multi-node jobs (``--nnodes``): judged by tests/test_nodes.py on nodes of their own, not here."""
 
 EXPLAINING = ("resume-chose-incomplete", "resume-chose-dcp-without-metadata", "rotation-before-complete",
-              "resume-exited", "acknowledged-checkpoint-lost", "torn-checkpoint", "in-place-save", "ranks-disagree",
-              "eval-mode-in-training", "rng-not-restored", "epoch-order-replayed", "epoch-order-differs",
-              "step-count-differs", "sampler-overlap", "sampler-missing", "resume-hung")
+              "resume-exited", "acknowledged-checkpoint-lost", "move-became-copy", "torn-checkpoint", "in-place-save",
+              "ranks-disagree", "eval-mode-in-training", "rng-not-restored", "epoch-order-replayed",
+              "epoch-order-differs", "step-count-differs", "sampler-overlap", "sampler-missing", "resume-hung")
 """Finding kinds that say why a trial failed, most telling first: the first one present is its cause."""
 
 

@@ -33,11 +33,15 @@ class Save:
     """``save-move`` events: files moved or copied while it was open."""
 
     def paths(self) -> List[str]:
-        """Its files: those its save calls wrote, then those moved or copied in from elsewhere (a temporary
-        file in ``$TMPDIR`` written from a file object), in order."""
+        """Its files: those its save calls wrote, then those moved or copied in from a file that is none of
+        them (a temporary file in ``$TMPDIR`` written from a file object), in order."""
         out = [p for p in [self.path, *(f.get("path") for f in self.files)] if p is not None]
+        known = set(out)
         for move in self.moves:
-            if move["src"] not in out and move["dst"] not in out:
+            if move["src"] in known:
+                known.add(move["dst"])
+            elif move["dst"] not in known:
+                known.add(move["dst"])
                 out.append(move["dst"])
         return out
 
