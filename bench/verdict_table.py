@@ -68,8 +68,8 @@ FRAMEWORK_JOBS = {
 }
 
 SINGLE = "rank-epoch-skew holds one rank mid-save while the others finish theirs; with one rank it is kill9-mid-save"
-LIGHTNING_FILE_OBJECT = ("Lightning never fsyncs: the power loss takes the newest checkpoint; chaosckpt does not yet "
-                         "see files written from a file object and moved in (issue 15)")
+LIGHTNING_FILE_OBJECT = ("Lightning never fsyncs: the checkpoint it saves into memory and moves in from a temporary "
+                         "file comes back empty, and fit(ckpt_path='last') crashes loading it")
 
 ROWS: List[Tuple[str, str, str, str, str]] = [
     # job, scenario, expected verdict, expected cause, why
