@@ -127,3 +127,17 @@ def test_a_move_across_file_systems_that_became_a_copy_over_the_live_checkpoint_
     assert finding.kind == "move-became-copy" and finding.details["path"] == "across/ckpt/last.ckpt"
     assert finding.details["save"] == 4 and "EXDEV" in finding.message and "TMPDIR" in finding.message
     assert "os.replace() it over last.ckpt" in finding.message
+
+
+def test_a_checkpoint_s_files_are_its_saves_then_what_moved_in_from_elsewhere():
+    def move(src, dst, how="rename"):
+        return {"how": how, "src": src, "dst": dst}
+
+    atomic = Save(1, 4, "/w/ckpt/last.pt.tmp", "d", 0.0, moves=[move("/w/ckpt/last.pt.tmp", "/w/ckpt/last.pt"),
+                                                                 move("/w/ckpt/last.pt", "/w/ckpt/best.pt", "copy")])
+    assert atomic.paths() == ["/w/ckpt/last.pt.tmp"]  # its own file renamed, then copied: no new file of its own
+    lightning = Save(1, 4, None, "d", 0.0, moves=[move("/tmp/x/tmpa", "/w/ckpt/epoch=0-step=4.ckpt", "move"),
+                                                  move("/tmp/x/tmpb", "/w/ckpt/last.ckpt", "move")])
+    assert lightning.paths() == ["/w/ckpt/epoch=0-step=4.ckpt", "/w/ckpt/last.ckpt"]
+    dcp = Save(1, 4, "/w/ckpt/step_4", "d", 0.0, moves=[move("/w/ckpt/step_4/.metadata.tmp", "/w/ckpt/step_4/.metadata")])
+    assert dcp.paths() == ["/w/ckpt/step_4"]  # DCP's .metadata is part of its folder

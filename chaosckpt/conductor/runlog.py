@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -34,15 +35,18 @@ class Save:
 
     def paths(self) -> List[str]:
         """Its files: those its save calls wrote, then those moved or copied in from a file that is none of
-        them (a temporary file in ``$TMPDIR`` written from a file object), in order."""
+        them (a temporary file in ``$TMPDIR`` written from a file object), in order; a move inside a folder it
+        saved (DCP's ``.metadata``) is part of that folder."""
         out = [p for p in [self.path, *(f.get("path") for f in self.files)] if p is not None]
         known = set(out)
         for move in self.moves:
-            if move["src"] in known:
-                known.add(move["dst"])
-            elif move["dst"] not in known:
-                known.add(move["dst"])
-                out.append(move["dst"])
+            dst = move["dst"]
+            inside = any(dst.startswith(p + os.sep) for p in out)
+            if move["src"] in known or inside:
+                known.add(dst)
+            elif dst not in known:
+                known.add(dst)
+                out.append(dst)
         return out
 
 
