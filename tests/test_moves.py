@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Dict, List, Tuple
 
 import pytest
 
-from chaosckpt.conductor import crash, moves
+from chaosckpt.conductor import confinement, crash, moves
 from chaosckpt.conductor.runlog import ProcessLog, Save, _process
 
 JOB = textwrap.dedent(
@@ -56,6 +57,10 @@ JOB = textwrap.dedent(
     print(json.dumps(events))
     """
 )
+
+
+def log_workdir(log: ProcessLog) -> Path:
+    return Path(log.hello["cwd"])
 
 
 @dataclass
@@ -109,7 +114,7 @@ def test_a_checkpoint_moved_in_from_a_temporary_file_is_found_journaled_and_lost
     assert [o["dst"] for o in log.ops if o["op"] == "rename" and o["dst"] == last] == [last, last]  # journaled there
     assert same.lost == {"last.ckpt": 0}  # renamed over, never fsynced: empty
     assert os.path.getsize(last) > 0
-    assert all(f.details["path"] != os.path.relpath(last, log.hello["cwd"]) for f in moves.became_copy(log))
+    assert all(f.details["path"] != os.path.relpath(last, log.hello["cwd"]) for f in moves.became_copy(log, log_workdir(log)))
 
 
 def test_a_move_across_file_systems_that_became_a_copy_over_the_live_checkpoint_is_named(run):
@@ -123,8 +128,9 @@ def test_a_move_across_file_systems_that_became_a_copy_over_the_live_checkpoint_
     opens = [o for o in log.ops if o["op"] == "open" and o["path"] == last]
     assert [o["trunc"] and not o["created"] for o in opens] == [False, True]  # the second copy truncates it in place
     assert across.lost == {"last.ckpt": 0}
-    (finding,) = moves.became_copy(log)
+    (finding,) = moves.became_copy(log, log_workdir(log))
     assert finding.kind == "move-became-copy" and finding.details["path"] == "across/ckpt/last.ckpt"
+    assert finding.details["predicted"] is False
     assert finding.details["save"] == 4 and "EXDEV" in finding.message and "TMPDIR" in finding.message
     assert "os.replace() it over last.ckpt" in finding.message
 
@@ -141,3 +147,22 @@ def test_a_checkpoint_s_files_are_its_saves_then_what_moved_in_from_elsewhere():
     assert lightning.paths() == ["/w/ckpt/epoch=0-step=4.ckpt", "/w/ckpt/last.ckpt"]
     dcp = Save(1, 4, "/w/ckpt/step_4", "d", 0.0, moves=[move("/w/ckpt/step_4/.metadata.tmp", "/w/ckpt/step_4/.metadata")])
     assert dcp.paths() == ["/w/ckpt/step_4"]  # DCP's .metadata is part of its folder
+
+
+def test_a_move_in_from_the_job_s_tmpdir_is_foreseen_as_a_copy_when_the_user_s_tmpdir_is_another_file_system(
+        tmp_path, monkeypatch):
+    """A trial keeps $TMPDIR in the sandbox, where Lightning's move is a rename; the user's own may be a tmpfs."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or os.stat(shm).st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("needs /dev/shm on another file system than the test's folder")
+    box = tmp_path / "sandbox"
+    saves = [Save(n, 4 * n, None, "d", float(n), moves=[
+        {"how": "move", "src": f"{confinement.JOB_TMPDIR}/tmp{n}", "dst": str(box / "ckpt" / "last.ckpt"), "ok": True,
+         "copied": False, "over": False}]) for n in (1, 2)]
+    log = ProcessLog(pid=1, hello={"cwd": str(box)}, saves=saves)
+    monkeypatch.setattr(tempfile, "tempdir", str(shm))
+    (finding,) = moves.became_copy(log, tmp_path)
+    assert finding.details == {"path": "ckpt/last.ckpt", "save": 2, "step": 8, "predicted": True}
+    assert f"yours, {shm}, is on another file system" in finding.message
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    assert moves.became_copy(log, tmp_path) == []  # the user's $TMPDIR beside the checkpoints: a rename

@@ -62,7 +62,7 @@ class TrialRunner:
         ref = ref_log.trainer()
         self.trial.findings.extend(score.content_findings(ref))
         self.trial.findings.extend(score.loss_findings(ref))
-        self.trial.findings.extend(moves.became_copy(ref))
+        self.trial.findings.extend(moves.became_copy(ref, self.opts.workdir))
         place(ctx, ref_log)
         armed = arm(ctx, ref_log)
         run = shared.rebuild(ctx, armed, self.opts.prefix) if self.opts.prefix is not None else None
