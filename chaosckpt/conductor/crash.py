@@ -22,7 +22,7 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterable, List, Literal, Optional, Tuple
+from typing import Dict, Iterable, List, Literal, Optional, Tuple, Union
 
 Model = Literal["none", "ordered", "strict"]
 MODELS = ("none", "ordered", "strict")
@@ -229,9 +229,9 @@ class Disk:
 def materialize(entries: List[Entry], roots: Iterable[str], target_of=lambda p: p) -> None:
     """Rewrite the roots to hold exactly ``entries`` (each at ``target_of(path)``); a root that is not there and
     holds no entry stays absent: no folder the crashed run never made."""
-    blobs = []
+    blobs: List[Tuple[str, Union[bytes, str]]] = []
     for entry in entries:
-        data: object = b""
+        data: Union[bytes, str] = b""
         if entry.link is not None:
             data = entry.link
         elif entry.length and entry.source and os.path.exists(entry.source):
