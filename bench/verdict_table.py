@@ -31,9 +31,9 @@ NODE_SCENARIOS = ("node-power-loss", "node-loss")
 """Scenarios of multi-node jobs (``--nnodes``): judged by tests/test_nodes.py on nodes of their own, not here."""
 
 EXPLAINING = ("resume-chose-incomplete", "resume-chose-dcp-without-metadata", "rotation-before-complete",
-              "resume-exited", "acknowledged-checkpoint-lost", "torn-checkpoint", "in-place-save", "ranks-disagree",
-              "eval-mode-in-training", "rng-not-restored", "epoch-order-replayed", "epoch-order-differs",
-              "step-count-differs", "sampler-overlap", "sampler-missing", "resume-hung")
+              "resume-exited", "acknowledged-checkpoint-lost", "move-became-copy", "torn-checkpoint", "in-place-save",
+              "ranks-disagree", "eval-mode-in-training", "rng-not-restored", "epoch-order-replayed",
+              "epoch-order-differs", "step-count-differs", "sampler-overlap", "sampler-missing", "resume-hung")
 """Finding kinds that say why a trial failed, most telling first: the first one present is its cause."""
 
 
@@ -68,8 +68,8 @@ FRAMEWORK_JOBS = {
 }
 
 SINGLE = "rank-epoch-skew holds one rank mid-save while the others finish theirs; with one rank it is kill9-mid-save"
-LIGHTNING_FILE_OBJECT = ("Lightning never fsyncs: the power loss takes the newest checkpoint; chaosckpt does not yet "
-                         "see files written from a file object and moved in (issue 15)")
+LIGHTNING_FILE_OBJECT = ("Lightning never fsyncs: the checkpoint it saves into memory and moves in from a temporary "
+                         "file comes back empty, and fit(ckpt_path='last') crashes loading it")
 
 ROWS: List[Tuple[str, str, str, str, str]] = [
     # job, scenario, expected verdict, expected cause, why

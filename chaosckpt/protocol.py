@@ -39,6 +39,12 @@ and ``pid``. The event types and their own fields:
 ``save-file``   one save call of the checkpoint returned or raised. ``save``, ``path``,
                 ``via``, ``ok``, ``bytes``, ``writes``, ``error`` (one line, or null);
                 ``ends`` (where each write ended, in bytes) when the fault spec asks.
+``save-move``   a file was moved or copied while the checkpoint was open (``os.rename``/``replace``,
+                ``shutil.move``, ``shutil.copyfile``): where a file-object or temporary-file save
+                lands. ``save``, ``how`` ("rename", "move" or "copy"), ``src``, ``dst`` (absolute),
+                ``ok`` (returned), ``copied`` (the destination is a new copy, not the source's
+                inode: a move whose rename failed across file systems), ``over`` (the
+                destination file existed and was rewritten in place).
 ``save-end``    the checkpoint ended: the next step began, or the process exits.
                 ``save``, ``ok`` (every call returned), ``bytes`` and ``writes`` (across
                 its calls), ``error`` (the first call's error, or null), ``content``
@@ -65,7 +71,8 @@ and ``pid``. The event types and their own fields:
                 ``write`` (``ino``, ``off``, ``len``), ``fsync`` (``ino``,
                 ``size``), ``dirsync`` (``path``), ``rename`` (``src``, ``dst``,
                 ``ino``, ``replaced``, ``keep``), ``unlink`` (``path``, ``ino``,
-                ``keep``), ``mkdir`` / ``rmdir`` (``path``); ``n`` numbers them.
+                ``keep``), ``mkdir`` / ``rmdir`` (``path``), ``symlink`` (``path``, ``target``,
+                ``ino``); ``n`` numbers them.
                 ``keep`` is a copy the agent made of data the operation destroyed.
 ``stop``        the run reached its horizon (``CHAOSCKPT_STOP``) and holds still for the
                 conductor's SIGKILL. ``step`` (steps recorded in this process).
@@ -114,8 +121,8 @@ FAULT_FLAG_PREFIX = "fault."
 STOP_FLAG_PREFIX = "stop."
 """The agent creates ``stop.<pid>`` in the run directory when the job reached its horizon."""
 
-EVENT_TYPES = ("hello", "step", "save-begin", "save-file", "save-end", "load", "restore", "fault", "op", "sampler", "stop",
-               "uncaught", "exit")
+EVENT_TYPES = ("hello", "step", "save-begin", "save-file", "save-move", "save-end", "load", "restore", "fault", "op",
+               "sampler", "stop", "uncaught", "exit")
 
 Event = Dict[str, Any]
 

@@ -157,3 +157,26 @@ def test_materialize_makes_no_folder_the_crashed_run_never_made(fs):
     assert os.listdir("/w/out") == ["checkpoint-4"]
     assert not os.path.exists("/w/late")
     assert open("/w/out/checkpoint-4/model.pt", "rb").read() == b"weights"
+
+
+def test_a_symbolic_link_is_a_name_that_survives_as_names_do_and_is_rebuilt_as_a_link(fs):
+    """Lightning's save_last="link": last.ckpt links to a checkpoint that was never fsynced."""
+    fs.create_dir(ROOT)
+    fs.create_file(f"{ROOT}/epoch=1.ckpt", contents=b"CHECKPOINT")
+    fs.create_symlink(f"{ROOT}/last.ckpt", "epoch=1.ckpt")
+    disk = crash.Disk.scan([ROOT])
+    assert disk.inodes[disk.names[f"{ROOT}/last.ckpt"]].link == "epoch=1.ckpt"  # the scan sees a link, not its file
+    disk.apply({"op": "unlink", "path": f"{ROOT}/last.ckpt", "ino": list(disk.names[f"{ROOT}/last.ckpt"])})
+    fs.create_file(f"{ROOT}/epoch=2.ckpt", contents=b"NEWER")
+    for op in ({"op": "open", "path": f"{ROOT}/epoch=2.ckpt", "ino": ino(7), "created": True, "trunc": True, "size": 0},
+               {"op": "write", "ino": ino(7), "off": 0, "len": 5},
+               {"op": "symlink", "path": f"{ROOT}/last.ckpt", "target": "epoch=2.ckpt", "ino": ino(8)}):
+        disk.apply(op)
+    links = {model: {os.path.basename(e.path): e.link for e in disk.after_crash(model)} for model in crash.MODELS}
+    assert links["ordered"]["last.ckpt"] == links["none"]["last.ckpt"] == "epoch=2.ckpt"
+    assert links["strict"]["last.ckpt"] == "epoch=1.ckpt"  # no fsync of the folder made the new link durable
+    why = crash.missing_durability(disk, f"{ROOT}/last.ckpt", "ordered", os.path.basename)
+    assert why == "it links to epoch=2.ckpt, and its data was not fsynced (0 of 5 bytes durable)"
+    crash.materialize(disk.after_crash("ordered"), [ROOT])
+    assert os.readlink(f"{ROOT}/last.ckpt") == "epoch=2.ckpt" and os.path.getsize(f"{ROOT}/epoch=2.ckpt") == 0
+    assert crash.Disk.from_dict(disk.to_dict()).inodes[(1, 8)].link == "epoch=2.ckpt"

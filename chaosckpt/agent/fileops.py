@@ -2,7 +2,7 @@
 
 Active only when the conductor asks for it (power loss, a full disk, a crash-point
 sweep). Each ``open`` for writing, ``write``, ``fsync``, directory ``fsync``,
-``rename``, ``unlink``, ``mkdir`` and ``rmdir`` under a tracked directory becomes an
+``rename``, ``unlink``, ``mkdir``, ``rmdir`` and ``symlink`` under a tracked directory becomes an
 ``op`` event, so the conductor can rebuild what a disk would hold after a power
 loss at any point. Data that an operation is about to destroy and that may
 still be durable (an inode replaced by a rename or unlinked, a file truncated
@@ -363,6 +363,16 @@ def install(journal: Journal) -> None:
             return result
         return mkdir
 
+    def make_symlink(original):
+        def symlink(src, dst, target_is_directory=False, *, dir_fd=None):
+            full = _resolve(dst, dir_fd)
+            result = original(src, dst, target_is_directory, dir_fd=dir_fd)
+            if full is not None and journal.is_tracked(full):
+                st = _os_lstat(full)
+                journal.op("symlink", path=os.path.abspath(full), target=os.fsdecode(src), ino=[st.st_dev, st.st_ino])
+            return result
+        return symlink
+
     wrap("open", make_os_open)
     wrap("write", make_os_write)
     wrap("sendfile", make_sendfile)
@@ -375,3 +385,4 @@ def install(journal: Journal) -> None:
     wrap("remove", lambda o: make_unlink(o, "unlink"))
     wrap("rmdir", lambda o: make_unlink(o, "rmdir"))
     wrap("mkdir", make_mkdir)
+    wrap("symlink", make_symlink)

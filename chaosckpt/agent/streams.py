@@ -45,6 +45,11 @@ _NO_ATTRIBUTES = frozenset({
 """Types that make up most of the heap and never hold a generator as an attribute: skipped by the scan."""
 
 
+_NAMING = frozenset({"_RandomNameSequence"})
+"""Holders of a stream that only picks file names (``tempfile``'s, drawn from by a save through a temporary
+file): the training loop never draws from it."""
+
+
 def _holders() -> List[Tuple[str, Dict[str, Any]]]:
     """(name, namespace) pairs: the main script's globals, then every instance's ``__dict__``."""
     out = []
@@ -55,7 +60,7 @@ def _holders() -> List[Tuple[str, Dict[str, Any]]]:
         warnings.simplefilter("ignore")
         for obj in gc.get_objects():
             kind = type(obj)
-            if kind in _NO_ATTRIBUTES or issubclass(kind, type):
+            if kind in _NO_ATTRIBUTES or issubclass(kind, type) or kind.__name__ in _NAMING:
                 continue
             try:
                 namespace = object.__getattribute__(obj, "__dict__")

@@ -14,7 +14,7 @@ from chaosckpt.conductor.runlog import ProcessLog, RunLog, Save
 def folder(save: Save) -> Optional[str]:
     """The numbered folder (``checkpoint-8/``, ``checkpoint_2/``, a DCP ``step_8/``) that holds all the
     checkpoint's files, if one does."""
-    paths = [p for p in [save.path, *(f.get("path") for f in save.files)] if p is not None]
+    paths = save.paths()
     if paths and all(f.get("via") == "dcp" for f in save.files) and save.path is not None:
         return save.path if location(os.path.join(save.path, ".metadata")) != save.path else None
     folders = {os.path.dirname(p) for p in paths}

@@ -15,7 +15,21 @@ from chaosckpt.conductor.runlog import Save
 
 def final_path(save: Save, ops: List[dict]) -> Optional[str]:
     """Where the save's file ended up: its path, followed through the renames after the save began."""
-    path = save.path
+    return _followed(save.path, save, ops)
+
+
+def final_paths(save: Save, ops: List[dict]) -> List[str]:
+    """Where every file of the checkpoint ended up: those its save calls wrote and those moved in from a
+    temporary file, each followed through the renames after the save began."""
+    out: List[str] = []
+    for path in save.paths():
+        final = _followed(path, save, ops)
+        if final is not None and final not in out:
+            out.append(final)
+    return out
+
+
+def _followed(path: Optional[str], save: Save, ops: List[dict]) -> Optional[str]:
     for op in ops:
         if op["op"] == "rename" and op["src"] == path and op["ts"] >= save.ts:
             path = op["dst"]

@@ -22,7 +22,7 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, Iterable, List, Literal, Optional, Tuple
+from typing import Callable, Dict, Iterable, List, Literal, Optional, Tuple, Union
 
 Model = Literal["none", "ordered", "strict"]
 MODELS = ("none", "ordered", "strict")
@@ -38,6 +38,7 @@ class Inode:
     durable: Optional[Tuple[int, int]] = None  # (version, bytes) made durable by an fsync
     location: Optional[str] = None  # where its newest data is at the end of the journal
     kept: Dict[int, str] = field(default_factory=dict)  # older versions preserved by the agent
+    link: Optional[str] = None  # a symbolic link's target: a name, no data (Lightning's save_last="link")
 
 
 @dataclass
@@ -49,9 +50,10 @@ class Entry:
     length: int
     ino: Optional[Ino] = None
     version: int = 0
+    link: Optional[str] = None
 
     def key(self) -> Tuple:
-        return (self.path, self.ino, self.version, self.length)
+        return (self.path, self.ino, self.version, self.length, self.link)
 
 
 class Disk:
@@ -80,7 +82,9 @@ class Disk:
                     path = os.path.join(parent, f)
                     st = os.lstat(path)
                     ino = (st.st_dev, st.st_ino)
-                    disk.inodes[ino] = Inode(size=st.st_size, durable=(0, st.st_size), location=path)
+                    link = os.readlink(path) if os.path.islink(path) else None
+                    disk.inodes[ino] = Inode(size=0 if link else st.st_size, durable=(0, 0 if link else st.st_size),
+                                             location=path, link=link)
                     disk.names[path] = ino
         for d in disk.dirs:
             disk.durable_names[d] = disk._listing(d)
@@ -136,6 +140,10 @@ class Disk:
             key = self.names.pop(op["path"], None)
             if key is not None and op.get("keep"):
                 self.inodes[key].location = op["keep"]
+        elif kind == "symlink":
+            key, inode = self._inode(op["ino"])
+            inode.link, inode.durable = op["target"], (0, 0)
+            self.names[op["path"]] = key
         elif kind == "mkdir":
             self.dirs.add(op["path"])
         elif kind == "rmdir":
@@ -157,6 +165,9 @@ class Disk:
             if not self._under_roots(path):
                 continue
             inode = self.inodes[key]
+            if inode.link is not None:  # a name: it survives as the names do
+                entries.append(Entry(path, None, 0, key, link=inode.link))
+                continue
             if model == "none":
                 version, length = inode.version, inode.size
             elif inode.durable is None:
@@ -198,6 +209,8 @@ class Disk:
         for inode in disk.inodes.values():
             inode.location = None if inode.location is None else move(inode.location)
             inode.kept = {v: move(p) for v, p in inode.kept.items()}
+            if inode.link is not None and os.path.isabs(inode.link):
+                inode.link = move(inode.link)
         disk.durable_names = {move(d): {move(p): v for p, v in listing.items()}
                               for d, listing in self.durable_names.items()}
         return disk
@@ -211,7 +224,7 @@ class Disk:
             "dirs": sorted(self.dirs),
             "names": dict(self.names),
             "inodes": [[list(k), i.version, i.size, list(i.durable) if i.durable else None, i.location,
-                        [[v, p] for v, p in i.kept.items()]] for k, i in self.inodes.items()],
+                        [[v, p] for v, p in i.kept.items()], i.link] for k, i in self.inodes.items()],
             "durable_names": self.durable_names,
         }
 
@@ -221,9 +234,9 @@ class Disk:
         disk.ops_applied = data["ops_applied"]
         disk.dirs = set(data["dirs"])
         disk.names = {p: (k[0], k[1]) for p, k in data["names"].items()}
-        for key, version, size, durable, location, kept in data["inodes"]:
+        for key, version, size, durable, location, kept, *link in data["inodes"]:
             disk.inodes[(key[0], key[1])] = Inode(version, size, (durable[0], durable[1]) if durable else None, location,
-                                                   {v: p for v, p in kept})
+                                                   {v: p for v, p in kept}, *link)
         disk.durable_names = {d: {p: v if v == "dir" else (v[0], v[1]) for p, v in listing.items()}
                               for d, listing in data["durable_names"].items()}
         return disk
@@ -232,10 +245,12 @@ class Disk:
 def materialize(entries: List[Entry], roots: Iterable[str], target_of=lambda p: p) -> None:
     """Rewrite the roots to hold exactly ``entries`` (each at ``target_of(path)``); a root that is not there and
     holds no entry stays absent: no folder the crashed run never made."""
-    blobs = []
+    blobs: List[Tuple[str, Union[bytes, str]]] = []
     for entry in entries:
-        data = b""
-        if entry.length and entry.source and os.path.exists(entry.source):
+        data: Union[bytes, str] = b""
+        if entry.link is not None:
+            data = entry.link
+        elif entry.length and entry.source and os.path.exists(entry.source):
             with open(entry.source, "rb") as f:
                 data = f.read(entry.length)
         blobs.append((target_of(entry.path), data))
@@ -249,6 +264,9 @@ def materialize(entries: List[Entry], roots: Iterable[str], target_of=lambda p: 
             target.mkdir(parents=True)
     for path, data in blobs:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(data, str):
+            os.symlink(data, path)
+            continue
         with open(path, "wb") as f:
             f.write(data)
 
@@ -260,6 +278,13 @@ def missing_durability(disk: Disk, path: str, model: Model, name=lambda p: p) ->
     if key is None:
         return None
     inode = disk.inodes[key]
+    if inode.link is not None:
+        target = os.path.normpath(os.path.join(os.path.dirname(path), inode.link))
+        pointed = disk.names.get(target)
+        if pointed is None or disk.inodes[pointed].link is not None:  # a link to a link is not followed
+            return None
+        why = missing_durability(disk, target, model, name)
+        return None if why is None else f"it links to {name(target)}, and {why}"
     if inode.durable is None or inode.durable != (inode.version, inode.size):
         durable = 0 if inode.durable is None or inode.durable[0] != inode.version else inode.durable[1]
         return f"its data was not fsynced ({durable} of {inode.size} bytes durable)"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional
@@ -29,6 +30,24 @@ class Save:
     error: Optional[str] = None
     ends: Optional[List[int]] = None
     """Where each write of the save ended, in bytes from its start, when the fault asked for them."""
+    moves: List[Event] = field(default_factory=list)
+    """``save-move`` events: files moved or copied while it was open."""
+
+    def paths(self) -> List[str]:
+        """Its files: those its save calls wrote, then those moved or copied in from a file that is none of
+        them (a temporary file in ``$TMPDIR`` written from a file object), in order; a move inside a folder it
+        saved (DCP's ``.metadata``) is part of that folder."""
+        out = [p for p in [self.path, *(f.get("path") for f in self.files)] if p is not None]
+        known = set(out)
+        for move in self.moves:
+            dst = move["dst"]
+            inside = any(dst.startswith(p + os.sep) for p in out)
+            if move["src"] in known or inside:
+                known.add(dst)
+            elif dst not in known:
+                known.add(dst)
+                out.append(dst)
+        return out
 
 
 @dataclass
@@ -60,8 +79,8 @@ class ProcessLog:
         """Every file (or DCP folder) the job saved to, in the order of its first save there."""
         out: List[str] = []
         for save in self.saves:
-            for path in [save.path, *(f.get("path") for f in save.files)]:
-                if path is not None and path not in out:
+            for path in save.paths():
+                if path not in out:
                     out.append(path)
         return out
 
@@ -92,6 +111,8 @@ def _process(events: List[Event]) -> ProcessLog:
             save = by_index[e["save"]]
             save.files.append(e)
             save.ends = e.get("ends") if len(save.files) == 1 else None  # a shared run rebuilds one-file checkpoints
+        elif kind == "save-move" and e["save"] in by_index:
+            by_index[e["save"]].moves.append(e)
         elif kind == "load":
             log.loads.append(e)
         elif kind == "restore":

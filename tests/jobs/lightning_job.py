@@ -9,6 +9,7 @@ Each epoch saves twice: ``epoch=E-step=S.ckpt``, then ``last.ckpt``; a kill in t
 
 import argparse
 import os
+import tempfile
 
 import torch
 from torch import nn
@@ -22,6 +23,8 @@ p.add_argument("--epochs", type=int, default=4)
 p.add_argument("--dropout", type=float, default=0.0, help="draw from the global torch stream in every step")
 p.add_argument("--ckpt-dir", default="ckpt")
 p.add_argument("--no-shuffle", action="store_true", help="read the rows in one fixed order: no random stream to restore")
+p.add_argument("--tmpdir", help="where fsspec writes its temporary file; on another file system, its move onto "
+                                "last.ckpt becomes a copy over it")
 
 
 class Net(L.LightningModule):
@@ -39,6 +42,8 @@ class Net(L.LightningModule):
 
 def main():
     args = p.parse_args()
+    if args.tmpdir:
+        tempfile.tempdir = args.tmpdir
     L.seed_everything(0, verbose=False)
     g = torch.Generator().manual_seed(1234)
     x = torch.randn(64, 8, generator=g)

@@ -48,15 +48,17 @@ def _record(ctx: Context, work, model: str, files: dict, native: List[str]) -> N
 def lost_checkpoint(ctx: Context, save, ops: List[dict], armed: Armed) -> Finding:
     """The acknowledged checkpoint the power loss took, named with the fsync it lacked."""
     disk, work = armed.disk, armed.work
-    path = copies.final_path(save, ops)
+    paths = copies.final_paths(save, ops)
+    path = paths[0] if paths else None
     model = ctx.scenario.trigger.model
-    name = rel(path, work) or "a file object"
+    name = ", ".join(rel(p, work) or p for p in paths) or "a file object"
     files = sorted(p for p in disk.names if path and p.startswith(path + os.sep)) if save.path else []
+    candidates = files or sorted(paths, key=lambda p: rel(p, work) != ctx.trial.error_path)  # what the resume read
     why = None
-    for candidate in files or ([path] if path else []):
+    for candidate in candidates:
         why = crash.missing_durability(disk, candidate, model, lambda p: rel(p, work))
         if why is not None:
-            if candidate != path:
+            if candidate != path or len(paths) > 1:
                 why = f"{rel(candidate, work)}: {why}"
             break
     return Finding(

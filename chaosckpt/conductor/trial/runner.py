@@ -3,7 +3,7 @@ aftermath, resume and score), the headline last; the sandboxes go whatever happe
 
 from __future__ import annotations
 
-from chaosckpt.conductor import diskspace, render, sandbox, score
+from chaosckpt.conductor import diskspace, moves, render, sandbox, score
 from chaosckpt.conductor.nodes.verdict import name_nodes
 from chaosckpt.conductor.result import Trial
 from chaosckpt.conductor.scenario import Scenario
@@ -62,6 +62,7 @@ class TrialRunner:
         ref = ref_log.trainer()
         self.trial.findings.extend(score.content_findings(ref))
         self.trial.findings.extend(score.loss_findings(ref))
+        self.trial.findings.extend(moves.became_copy(ref, self.opts.workdir))
         place(ctx, ref_log)
         armed = arm(ctx, ref_log)
         run = shared.rebuild(ctx, armed, self.opts.prefix) if self.opts.prefix is not None else None

@@ -219,13 +219,14 @@ def _cut_at(proc: ProcessLog, target: Save, applied: set, write: int, at: int,
     """The events of the shared run's process as a kill inside save ``target`` would have left them, with the
     paths of the saved files ``moved`` into the trial's sandbox."""
     saves = [dataclasses.replace(s, path=None if s.path is None else moved(s.path),
-                                 files=[{**f, "path": moved(f["path"]) if f.get("path") else None} for f in s.files])
+                                 files=[{**f, "path": moved(f["path"]) if f.get("path") else None} for f in s.files],
+                                 moves=[{**m, "src": moved(m["src"]), "dst": moved(m["dst"])} for m in s.moves])
              for s in proc.saves if s.index <= target.index]
     path = saves[-1].path
     event = {"t": "fault", "fault": "halt", "save": target.index, "write": write, "bytes": at, "path": path,
              "ts": target.ts, "pid": proc.pid}
     # the killed call never returned: neither its save-file nor its save-end came
-    saves[-1] = dataclasses.replace(saves[-1], ok=None, bytes=0, writes=0, ends=None, files=[])
+    saves[-1] = dataclasses.replace(saves[-1], ok=None, bytes=0, writes=0, ends=None, files=[], moves=[])
     return dataclasses.replace(proc, fault=event, saves=saves, ops=[op for op in proc.ops if op["n"] in applied],
                                steps=[e for e in proc.steps if e["ts"] <= target.ts],
                                passes=[e for e in proc.passes if e["ts"] <= target.ts], stopped=None)
