@@ -121,6 +121,10 @@ def test_a_journal_mapped_into_another_sandbox_names_its_files_there_with_the_sa
     assert moved.roots == [str(tmp_path / "b")] and set(moved.names) == {move(last)}
     assert [(e.path, e.source, e.length) for e in moved.after_crash("none")] == [(move(last), move(last), 200)]
     assert [e.key()[1:] for e in moved.after_crash("ordered")] == [e.key()[1:] for e in disk.after_crash("ordered")]
+    for target, where in ((last, move(last)), ("last.pt", "last.pt")):  # an absolute link moves, a relative one stays
+        disk.apply({"t": "op", "op": "symlink", "n": 99, "path": str(tmp_path / "a" / "link"), "ino": [1, 99],
+                    "target": target})
+        assert disk.relocated(move).inodes[(1, 99)].link == where
 
 
 def test_a_killed_suites_shared_sandbox_is_removed_by_clean_with_the_trials_own_and_then_is_not_ready(tmp_path):
