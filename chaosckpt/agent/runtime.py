@@ -88,7 +88,7 @@ def _install() -> None:
 
     import atexit
 
-    from chaosckpt.agent import faults, fileops, interpose
+    from chaosckpt.agent import faults, fileops, interpose, writers
     from chaosckpt.agent.channel import EventWriter
     from chaosckpt.agent.horizon import Horizon
     from chaosckpt.agent.recorder import Recorder
@@ -108,6 +108,8 @@ def _install() -> None:
         tracked = [*fault.track, tempfile.gettempdir()]  # the job's own, which chaosckpt put in its sandbox
         rec.journal = fileops.Journal(rec.emit, tracked, os.path.join(run_dir, "keep"))
         fileops.install(rec.journal)
+    writers.install(rec)  # over the journal's patches, which then see the calls it counts
+    when_imported("safetensors.torch", lambda: interpose.install_safetensors(rec))
     os.register_at_fork(after_in_child=rec.disable)
     atexit.register(rec.at_exit)
     previous_hook = sys.excepthook
