@@ -42,12 +42,10 @@ class FileTally:
         self.bytes = 0
         self.full = False  # an ENOSPC fired in this file: the disk stays full for it
         self.reported = reported  # its save-file event is sent (or another save call's covers it)
-        fault = rec.fault
-        armed = fault is not None and fault.save == checkpoint.index and fault.kind in ("halt", "enospc")
-        if armed and fault.file is not None:
-            armed = path is not None and os.path.basename(path) == fault.file
-        self.fault = fault if armed else None
-        self.ends: Optional[list] = [] if fault is not None and fault.save == checkpoint.index and fault.write_ends else None
+        fault = rec.fault if rec.fault is not None and rec.fault.save == checkpoint.index else None
+        named = fault is None or fault.file is None or path is not None and os.path.basename(path) == fault.file
+        self.fault = fault if fault is not None and fault.kind in ("halt", "enospc") and named else None
+        self.ends: Optional[list] = [] if fault is not None and fault.write_ends else None
 
     def live(self) -> bool:
         """Whether its writes still count: its checkpoint is still the open one."""
