@@ -1,13 +1,15 @@
 """chaosckpt's overhead, as ratios measured in one run: agent on / agent off.
 
-    python bench/run_bench.py            # all three measurements
+    python bench/run_bench.py            # all four measurements
     python bench/run_bench.py --quick    # fewer repetitions
 
 (a) optimizer-step time with the agent recording / without (goal <= 1.02);
 (b) torch.save(path) throughput of a 400 MB state dict through the agent's
     interposed writer / plain (goal >= 0.95);
 (c) process start-up: the agent's cost in ms per process, in one that imports
-    torch and in one that never does (goal ~20 ms).
+    torch and in one that never does (goal ~20 ms);
+(d) a checkpoint's other writers (open().write of 400 MB, then shutil.copyfile
+    of it) counted by the agent / plain (goal >= 0.95).
 Runs alternate between the two configurations so drift hits both alike.
 """
 
@@ -75,6 +77,10 @@ def main() -> None:
             on, off = paired(args, rounds * 4, "wall_s", run_dir)
             print(f"(c) start-up of a process that {what}: agent {on * 1e3:.0f} ms, plain {off * 1e3:.0f} ms, "
                   f"cost {(on - off) * 1e3:.1f} ms per process  (goal ~20 ms)")
+
+        on, off = paired(["writers", "3", tmp], rounds, "writers_s", run_dir)
+        print(f"(d) open().write + shutil.copyfile of 400 MB into a checkpoint: counted {2 * mb / on:.0f} MB/s / "
+              f"plain {2 * mb / off:.0f} MB/s = {off / on:.3f} of the throughput  (goal >= 0.95)")
 
 
 if __name__ == "__main__":

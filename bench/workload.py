@@ -2,6 +2,8 @@
 
 ``step``: mean optimizer-step time of a ~10M-parameter MLP on one thread.
 ``save``: throughput of torch.save(path) on a ~400 MB state dict.
+``writers``: throughput of a checkpoint's other writers (open().write of ~400 MB in 1 MB writes, then a
+shutil.copyfile of it) inside a checkpoint that a torch.save opened.
 ``import`` / ``bare``: import torch, or nothing; the caller times the whole process (start-up cost).
 Prints one JSON object on stdout.
 """
@@ -55,3 +57,25 @@ elif sys.argv[1] == "save":
         os.unlink(path)
     times.sort()
     print(json.dumps({"save_s": times[len(times) // 2], "bytes": nbytes}))
+
+elif sys.argv[1] == "writers":
+    import shutil
+
+    reps = int(sys.argv[2])
+    folder = sys.argv[3]
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    chunk = os.urandom(1 << 20)
+    times = []
+    for _ in range(reps):
+        model(torch.randn(2, 4)).sum().backward()
+        opt.step()  # each round is a checkpoint of its own: a step, then its files
+        torch.save(model.state_dict(), os.path.join(folder, "model.pt"))
+        start = time.perf_counter()
+        with open(os.path.join(folder, "state.bin"), "wb") as f:
+            for _ in range(400):
+                f.write(chunk)
+        shutil.copyfile(os.path.join(folder, "state.bin"), os.path.join(folder, "best.bin"))
+        times.append(time.perf_counter() - start)
+    times.sort()
+    print(json.dumps({"writers_s": times[len(times) // 2]}))

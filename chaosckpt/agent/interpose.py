@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-from chaosckpt.agent import sampler
+from chaosckpt.agent import sampler, writers
 from chaosckpt.agent.recorder import Checkpoint, Recorder
 
 
@@ -25,46 +25,27 @@ class CountingWriter:
 
     def __init__(self, raw: Any, recorder: Recorder, checkpoint: Checkpoint, path: Optional[str]) -> None:
         self._raw = raw
-        self._recorder = recorder
-        self._checkpoint = checkpoint
-        self._path = path
-        fault = recorder.fault
-        armed = fault is not None and fault.save == checkpoint.index and fault.kind in ("halt", "enospc")
-        if armed and fault.file is not None:
-            armed = path is not None and os.path.basename(path) == fault.file
-        self._fault = fault if armed else None
-        self.writes = 0
-        self.bytes = 0
-        self.ends: Optional[list] = [] if fault is not None and fault.save == checkpoint.index and fault.write_ends else None
+        self.tally = writers.FileTally(recorder, checkpoint, path, reported=True)  # its save call reports it
+
+    @property
+    def writes(self) -> int:
+        return self.tally.writes
+
+    @property
+    def bytes(self) -> int:
+        return self.tally.bytes
+
+    @property
+    def ends(self) -> Optional[list]:
+        return self.tally.ends
 
     def write(self, data: Any) -> int:
         view = data if isinstance(data, memoryview) else memoryview(data)
         if view.format != "B" or view.ndim != 1:
             view = view.cast("B")
         size = view.nbytes
-        counted = self if self._fault is not None and self._fault.file is not None else self._checkpoint
-        if self._fault is not None:
-            cut = self._fault.cut(counted.writes, counted.bytes, size)
-            if cut is not None:
-                self._fire(view[:cut], counted)
-        self._raw.write(view)
-        self.writes += 1
-        self.bytes += size
-        if self.ends is not None:
-            self.ends.append(self.bytes)
-        self._checkpoint.writes += 1
-        self._checkpoint.bytes += size
+        self.tally.write(size, lambda n: self._raw.write(view if n is None else view[:n]), self._raw.flush)
         return size
-
-    def _fire(self, head: memoryview, counted: Any) -> None:
-        if head.nbytes:
-            self._raw.write(head)
-        self._raw.flush()
-        self._recorder.fire(
-            write=counted.writes + 1,
-            bytes=counted.bytes + head.nbytes,
-            path=None if self._path is None else os.path.abspath(self._path),
-        )
 
     def flush(self) -> None:
         self._raw.flush()
@@ -149,11 +130,8 @@ def install(rec: Recorder) -> None:
         def save(obj, f, *args, **kwargs):
             if not rec.enabled:
                 return original(obj, f, *args, **kwargs)
-            if rec.saving:
-                if rec.saving_via != "dcp" or rec.checkpoint is None or _is_path(f):
-                    return original(obj, f, *args, **kwargs)
-                # one tensor of a DCP save, into the shard file its writer opened (in its writer threads too)
-                return original(obj, CountingWriter(f, rec, rec.checkpoint, rec.saving_path), *args, **kwargs)
+            if rec.saving:  # one item of a DCP save: the shard file its writer opened counts the bytes
+                return original(obj, f, *args, **kwargs)
             path = os.fspath(f) if _is_path(f) else None
             if path is not None and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
                 return original(obj, f, *args, **kwargs)  # let torch raise its own error
@@ -165,6 +143,7 @@ def install(rec: Recorder) -> None:
                         save.writer = CountingWriter(raw, rec, save.checkpoint, path)
                         original(obj, save.writer, *args, **kwargs)
                 else:
+                    writers.claim(f)
                     save.writer = CountingWriter(f, rec, save.checkpoint, name)
                     original(obj, save.writer, *args, **kwargs)
         return save
@@ -251,3 +230,35 @@ def install_dcp_state_dict(rec: Recorder) -> None:
         return init
 
     _patch(state_dict, "_init_optim_state", make_init)
+
+
+def install_safetensors(rec: Recorder) -> None:
+    """Record ``safetensors.torch.save_file`` (and ``save_model``, which calls it) as a save call of the open
+    checkpoint. Its writer is native: with no fault armed it writes as it does and its bytes are counted from
+    the file it produced; with one armed, the same bytes (``safetensors.torch.save``) are written through
+    Python, where the fault can land at any of them."""
+    import safetensors
+    import safetensors.torch as st
+
+    def make_save_file(original):
+        def save_file(tensors, filename, metadata=None):
+            if not rec.enabled or rec.saving:
+                return original(tensors, filename, metadata=metadata)
+            path = os.fspath(filename)
+            with rec.recording_save(path, "safetensors", tensors) as save:
+                if rec.fault is None:
+                    original(tensors, filename, metadata=metadata)
+                    save.checkpoint.bytes += os.path.getsize(path)
+                    save.checkpoint.writes += 1
+                    return None
+                data = st.save(tensors, metadata=metadata)
+                with open(path, "wb") as raw:
+                    save.writer = CountingWriter(raw, rec, save.checkpoint, path)
+                    try:
+                        save.writer.write(data)
+                    except OSError as exc:  # raised as safetensors' own writer raises it
+                        raise safetensors.SafetensorError(f"Error while serializing: {exc}") from exc
+            return None
+        return save_file
+
+    _patch(st, "save_file", make_save_file)

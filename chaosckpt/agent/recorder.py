@@ -7,7 +7,7 @@ import os
 import sys
 import time
 import weakref
-from typing import TYPE_CHECKING, Dict, Iterator, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
 
 import torch
 
@@ -323,6 +323,8 @@ class Recorder:
         ckpt, self.checkpoint = self.checkpoint, None
         if ckpt is None:
             return
+        for tally in ckpt.tallies:
+            tally.close_out()
         content: List[object] = []
         try:
             content = self._judge(ckpt)
@@ -394,6 +396,7 @@ class Checkpoint:
         self.scans: List[Dict[str, object]] = []
         self.whole = False  # the current call saves a whole training state (model and optimizer) in one file
         self.folders: set = set()  # where its files went: JSON state written beside them is part of it
+        self.tallies: List[Any] = []  # files the job opened into it (``writers.FileTally``)
 
 
 class _Save:

@@ -88,7 +88,7 @@ def _install() -> None:
 
     import atexit
 
-    from chaosckpt.agent import faults, fileops, interpose, moves
+    from chaosckpt.agent import faults, fileops, interpose, moves, writers
     from chaosckpt.agent.channel import EventWriter
     from chaosckpt.agent.horizon import Horizon
     from chaosckpt.agent.recorder import Recorder
@@ -109,6 +109,8 @@ def _install() -> None:
         rec.journal = fileops.Journal(rec.emit, tracked, os.path.join(run_dir, "keep"))
         fileops.install(rec.journal)
     moves.install(rec)  # after the journal's patches, so a destination is tracked before the journal looks
+    writers.install(rec)  # over the journal's patches, which then see the calls it counts
+    when_imported("safetensors.torch", lambda: interpose.install_safetensors(rec))
     os.register_at_fork(after_in_child=rec.disable)
     atexit.register(rec.at_exit)
     previous_hook = sys.excepthook

@@ -8,31 +8,18 @@ durability journal watches them in the faulted run.
 from __future__ import annotations
 
 import os
-import re
 import tempfile
 from typing import Dict, List, Optional
 
 from chaosckpt.conductor.runlog import RunLog, Save
 from chaosckpt.conductor.scenario import Scenario, Trigger
+from chaosckpt.locations import location
 
 AGENT_KIND = {"kill": "halt", "enospc": "enospc", "power-loss": "halt", "eval-left-on": "halt"}
 
 
 class NotArmable(Exception):
     """The reference run shows the fault can never fire (the job saves too rarely, the save is too short)."""
-
-
-_NUMBERED = re.compile(r".+[-_=.]\d+")
-"""A folder per checkpoint: a name, a separator, its number (``checkpoint-8``, ``checkpoint_2``, ``step_40``); not
-``node1`` or ``rank0``, which are one node's or rank's folder for all its checkpoints."""
-
-
-def location(path: str) -> str:
-    """The directory that holds checkpoints for a file saved at ``path``: its folder, or for a numbered
-    per-checkpoint folder (``checkpoint-8/``, ``checkpoint_2/``, ``step_40/``) the folder above it, so that
-    the folders the job creates later are watched too."""
-    folder = os.path.dirname(path)
-    return os.path.dirname(folder) if _NUMBERED.fullmatch(os.path.basename(folder)) else folder
 
 
 def checkpoint_dirs(reference: RunLog, extra: List[str]) -> List[str]:

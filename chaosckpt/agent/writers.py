@@ -1,0 +1,295 @@
+"""A checkpoint's writers besides ``torch.save``: files the job opens (``open``, ``io.open``, pathlib), descriptors
+it writes (``os.open`` / ``os.write``), kernel copies (``sendfile``, ``copy_file_range``: shutil's copies) and
+safetensors' native writer.
+
+While a checkpoint is open (from its first save call to the next step), a file opened for writing in its
+folders counts toward it: its bytes add to the checkpoint's, so that an armed kill or ENOSPC lands at a byte
+fraction of the whole checkpoint, whichever writer carries that byte, or in the one file ``file`` names.
+Counting never changes the job's I/O: the same system calls, in the same order, through buffers of the size
+``open()`` picks. Only an armed fault does (safetensors then writes through Python, see ``install_safetensors``).
+"""
+
+from __future__ import annotations
+
+import builtins
+import errno
+import io
+import os
+import threading
+from typing import Any, Callable, Dict, Optional
+
+from chaosckpt.agent.faults import disk_full_error
+from chaosckpt.agent.recorder import Checkpoint, Recorder
+from chaosckpt.locations import location
+
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+OWN_WRITERS = ("path", "fileobj", "safetensors")
+"""Save calls that count their own bytes (a ``CountingWriter``): files they open are not counted again."""
+
+
+_ARMED = threading.Lock()
+"""Held around an armed checkpoint's writes: DCP writes its files from threads, and the fault fires once."""
+
+
+class FileTally:
+    """Writes and bytes into one file of the open checkpoint, and the armed fault if it can land in them."""
+
+    def __init__(self, rec: Recorder, checkpoint: Checkpoint, path: Optional[str], reported: bool = False) -> None:
+        self.rec = rec
+        self.checkpoint = checkpoint
+        self.path = None if path is None else os.path.abspath(path)
+        self.writes = 0
+        self.bytes = 0
+        self.full = False  # an ENOSPC fired in this file: the disk stays full for it
+        self.reported = reported  # its save-file event is sent (or another save call's covers it)
+        fault = rec.fault if rec.fault is not None and rec.fault.save == checkpoint.index else None
+        named = fault is None or fault.file is None or path is not None and os.path.basename(path) == fault.file
+        self.fault = fault if fault is not None and fault.kind in ("halt", "enospc") and named else None
+        self.ends: Optional[list] = [] if fault is not None and fault.write_ends else None
+
+    def live(self) -> bool:
+        """Whether its writes still count: its checkpoint is still the open one."""
+        return self.checkpoint is self.rec.checkpoint
+
+    def _counted(self) -> Any:
+        return self if self.fault is not None and self.fault.file is not None else self.checkpoint
+
+    def count(self, size: int) -> None:
+        self.writes += 1
+        self.bytes += size
+        if self.ends is not None:
+            self.ends.append(self.bytes)
+        self.checkpoint.writes += 1
+        self.checkpoint.bytes += size
+
+    def write(self, size: int, send: Callable[[Optional[int]], Optional[int]],
+              flush: Optional[Callable[[], Any]] = None) -> int:
+        """Write ``size`` bytes through ``send`` (``send(n)`` writes the first n bytes, ``send(None)`` all that
+        the job asked for) and count them; where the armed fault lands, write the bytes before it, ``flush``,
+        and fire: halt, or raise ENOSPC."""
+        if self.full:
+            raise disk_full_error()
+        if self.fault is None:
+            return self._count(size, send(None))
+        with _ARMED:
+            counted = self._counted()
+            cut = self.fault.cut(counted.writes, counted.bytes, size) if self.fault is not None else None
+            if cut is None:
+                return self._count(size, send(None))
+            if cut:
+                send(cut)
+            if flush is not None:
+                flush()
+            fields = {"write": counted.writes + 1, "bytes": counted.bytes + cut, "path": self.path}
+            self.fault, self.full = None, True
+            if cut:
+                self.count(cut)
+        self.rec.fire(**fields)
+        return 0
+
+    def _count(self, size: int, written: Optional[int]) -> int:
+        written = size if written is None else written
+        if written:
+            self.count(written)
+        return written
+
+    def close_out(self) -> None:
+        """The file is closed, or its checkpoint ends first: its ``save-file`` event, once."""
+        if self.reported:
+            return
+        self.reported = True
+        if self.full and self.checkpoint.error is None:
+            self.checkpoint.error = os.strerror(errno.ENOSPC)
+        self.rec.emit("save-file", save=self.checkpoint.index, path=self.path, via="write", ok=not self.full,
+                      bytes=self.bytes, writes=self.writes, error=os.strerror(errno.ENOSPC) if self.full else None,
+                      **({} if self.ends is None else {"ends": self.ends}))
+
+
+class CountedRaw(io.RawIOBase):
+    """The raw file under a buffered file the job opened into its checkpoint: each write is counted, and the
+    armed fault fires at its byte. Everything else is the wrapped raw file's."""
+
+    def __init__(self, raw: Any, tally: FileTally, on_close: Callable[["CountedRaw"], None]) -> None:
+        self._raw = raw
+        self.tally: Optional[FileTally] = tally  # None once a torch.save into it counts its bytes itself
+        self._on_close = on_close
+
+    def write(self, data: Any) -> Optional[int]:
+        tally = self.tally
+        if tally is None or not tally.live():
+            return self._raw.write(data)
+        view = memoryview(data).cast("B")
+        return tally.write(view.nbytes, lambda n: self._raw.write(view if n is None else view[:n]))
+
+    def readinto(self, buffer: Any) -> Optional[int]:
+        return self._raw.readinto(buffer)
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        return self._raw.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._raw.tell()
+
+    def truncate(self, size: Optional[int] = None) -> int:
+        return self._raw.truncate(size)
+
+    def fileno(self) -> int:
+        return self._raw.fileno()
+
+    def isatty(self) -> bool:
+        return self._raw.isatty()
+
+    def readable(self) -> bool:
+        return self._raw.readable()
+
+    def writable(self) -> bool:
+        return self._raw.writable()
+
+    def seekable(self) -> bool:
+        return self._raw.seekable()
+
+    @property
+    def name(self) -> Any:
+        return self._raw.name
+
+    @property
+    def mode(self) -> str:
+        return self._raw.mode
+
+    @property
+    def closefd(self) -> bool:
+        return self._raw.closefd
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        try:
+            self._on_close(self)
+            self._raw.close()
+        finally:
+            super().close()
+
+
+def counts_into(rec: Recorder, path: Any) -> Optional[Checkpoint]:
+    """The open checkpoint if a file opened for writing at ``path`` now is part of it: inside its folders or
+    where they keep checkpoints (the folder above ``checkpoint-8/``), or inside the DCP folder being saved."""
+    ckpt = rec.checkpoint
+    if ckpt is None or not rec.enabled or rec.saving and rec.saving_via in OWN_WRITERS:
+        return None
+    try:
+        folder = os.path.dirname(os.path.abspath(os.fsdecode(path)))
+    except TypeError:
+        return None
+    roots = [location(os.path.join(f, "x")) for f in ckpt.folders]
+    if _in_dcp(rec) and rec.saving_path is not None:
+        roots.append(rec.saving_path)
+    return ckpt if any(folder == r or folder.startswith(r + os.sep) for r in roots) else None
+
+
+def _in_dcp(rec: Recorder) -> bool:
+    return rec.saving and rec.saving_via == "dcp"
+
+
+def claim(f: Any) -> None:
+    """``torch.save`` into a file object the job opened into its checkpoint: torch.save's ``CountingWriter``
+    counts that file from now on, so that no byte counts twice."""
+    raw = getattr(getattr(f, "buffer", f), "raw", f)
+    if isinstance(raw, CountedRaw) and raw.tally is not None:
+        raw.tally.reported = True
+        raw.tally = None
+
+
+def install(rec: Recorder) -> None:
+    """Count the checkpoint's bytes that ``open``, ``os.write``, ``sendfile`` and ``copy_file_range`` carry.
+    Installed over the durability journal's patches (when it is on), which then see the same calls."""
+    fds: Dict[int, FileTally] = {}
+    inner_open = builtins.open
+
+    def track(ckpt: Checkpoint, path: Any, fd: int) -> FileTally:
+        tally = FileTally(rec, ckpt, os.fsdecode(path), reported=_in_dcp(rec))  # DCP's own save-file covers it
+        ckpt.tallies.append(tally)
+        fds[fd] = tally
+        return tally
+
+    def closed(raw: CountedRaw) -> None:
+        fds.pop(raw.fileno(), None)
+        if raw.tally is not None:
+            raw.tally.close_out()
+
+    def counted_open(file, mode="r", buffering=-1, encoding=None, errors=None, newline=None, closefd=True, opener=None):
+        if rec.checkpoint is None or isinstance(file, int) or not any(c in mode for c in "wax+"):
+            return inner_open(file, mode, buffering, encoding, errors, newline, closefd, opener)
+        binary = "b" in mode
+        odd = buffering == 1 and binary or buffering == 0 and not binary or binary and (encoding or errors or newline)
+        ckpt = None if odd else counts_into(rec, file)  # open() warns or raises on the odd ones: leave them to it
+        if ckpt is None:
+            return inner_open(file, mode, buffering, encoding, errors, newline, closefd, opener)
+        inner = inner_open(file, mode.replace("t", "") + ("" if binary else "b"), 0, None, None, None, closefd, opener)
+        raw = CountedRaw(inner, track(ckpt, file, inner.fileno()), closed)
+        if buffering == 0:
+            return raw
+        line_buffering = buffering == 1 or buffering < 0 and inner.isatty()  # the buffer open() would give
+        size = inner._blksize if buffering < 0 or line_buffering else buffering
+        buffered = (io.BufferedRandom if "+" in mode else io.BufferedWriter)(raw, size)
+        if binary:
+            return buffered
+        text = io.TextIOWrapper(buffered, encoding, errors, newline, line_buffering)
+        text.mode = mode
+        return text
+
+    builtins.open = counted_open
+    io.open = counted_open
+
+    def make_os_open(original):
+        def open_(path, flags, mode=0o777, *, dir_fd=None):
+            fd = original(path, flags, mode, dir_fd=dir_fd)
+            ckpt = None if rec.checkpoint is None or not flags & _WRITE_FLAGS or dir_fd is not None else counts_into(rec, path)
+            if ckpt is not None:
+                track(ckpt, path, fd)
+            return fd
+        return open_
+
+    def make_os_write(original):
+        def write(fd, data):
+            tally = fds.get(fd) if fds else None
+            if tally is None or not tally.live():
+                return original(fd, data)
+            view = memoryview(data).cast("B")
+            return tally.write(view.nbytes, lambda n: original(fd, view if n is None else view[:n]))
+        return write
+
+    def copied(in_fd: int, offset: Optional[int], count: int) -> int:
+        """How many of ``count`` bytes a copy from ``in_fd`` really moves: shutil asks for more than is left."""
+        start = os.lseek(in_fd, 0, os.SEEK_CUR) if offset is None else offset
+        return max(0, min(count, os.fstat(in_fd).st_size - start))
+
+    def make_sendfile(original):
+        def sendfile(out_fd, in_fd, offset, count, *args, **kwargs):
+            tally = fds.get(out_fd) if fds else None
+            if tally is None or not tally.live():
+                return original(out_fd, in_fd, offset, count, *args, **kwargs)
+            size = copied(in_fd, offset, count) if tally.fault is not None else count
+            return tally.write(size, lambda n: original(out_fd, in_fd, offset, count if n is None else n, *args, **kwargs))
+        return sendfile
+
+    def make_copy_file_range(original):
+        def copy_file_range(src, dst, count, offset_src=None, offset_dst=None):
+            tally = fds.get(dst) if fds else None
+            if tally is None or not tally.live():
+                return original(src, dst, count, offset_src, offset_dst)
+            size = copied(src, offset_src, count) if tally.fault is not None else count
+            return tally.write(size, lambda n: original(src, dst, count if n is None else n, offset_src, offset_dst))
+        return copy_file_range
+
+    def make_close(original):
+        def close(fd):
+            tally = fds.pop(fd, None) if fds else None
+            if tally is not None:
+                tally.close_out()
+            return original(fd)
+        return close
+
+    for name, make in (("open", make_os_open), ("write", make_os_write), ("sendfile", make_sendfile),
+                       ("copy_file_range", make_copy_file_range), ("close", make_close)):
+        if hasattr(os, name):
+            setattr(os, name, make(getattr(os, name)))

@@ -1,0 +1,39 @@
+"""kill9 and ENOSPC land in a checkpoint's other writers end to end: a JSON state file written with open(), a
+shutil.copyfile (sendfile), safetensors' native writer. tests/jobs/writers_job.py writes all of them in place."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import project_with, run_chaosckpt
+
+pytestmark = pytest.mark.e2e
+
+JOB = Path(__file__).resolve().parent / "jobs" / "writers_job.py"
+
+
+def trial(tmp_path, *args):
+    project = project_with(tmp_path, JOB)
+    res = run_chaosckpt(["run", "train.py", "--json", "--out", str(tmp_path / "r"), *args], cwd=project)
+    assert res.returncode in (0, 1), res.stdout + res.stderr
+    return res.returncode, res.trial
+
+
+def test_kill_at_half_the_checkpoint_lands_in_its_json_state_file(tmp_path):
+    """model.pth, state.json, best.pth: half the checkpoint's bytes is inside state.json, which the resume reads
+    torn."""
+    rc, t = trial(tmp_path, "-s", "kill9-mid-save")
+    assert t["fault"]["path"] == "ckpt/state.json" and t["fault"]["save"] == 2
+    assert t["fault"]["files"]["ckpt/state.json"] > 0  # cut part-way
+    assert rc == 1 and t["outcome"] == "crashed" and "JSONDecodeError" in t["error"]
+
+
+def test_enospc_in_the_copy_of_a_safetensors_checkpoint_is_survived(tmp_path):
+    """The last 0.5% of the checkpoint is its copy best.pth, only if the reference counted the bytes safetensors
+    wrote natively; the resume never reads the copy, so the job passes."""
+    rc, t = trial(tmp_path, "-s", "enospc", "-p", "fraction=0.995", "--", "--safetensors")
+    assert t["fault"]["path"] == "ckpt/best.pth" and t["fault"]["kind"] == "enospc"
+    assert rc == 0, t["headline"]
+    assert t["outcome"] == "last-good" and t["recovered_step"] == 4 and t["reproduced"] is True
