@@ -105,3 +105,36 @@ def test_fault_point_is_the_step_of_the_interrupted_save():
     log.fault = {"save": 2, "ts": 3.0}
     proc, at = score.fault_point(RunLog([run_with([]), log]))
     assert proc is log and at == 20
+
+
+def _captured_at_the_save(restored_torch, first_step_loader="l-at-first-step", rng_restored=True):
+    """A reference that saved at step 20 with torch at "t-saved" and its loader generator at "l-saved", and drew
+    from both before step 21; a resume from that save whose restores left torch at ``restored_torch``."""
+    ref = run_with([step(i, float(i), digest="d0" if i == 1 else None,
+                         rng={"torch": f"t{i}", "python": "const", "loader": f"l{i}"}) for i in range(1, 31)],
+                   saves=[(10, "d10"), (20, "d20"), (30, "d30")])
+    ref.saves[1].rng = {"torch": "t-saved", "python": "const", "loader": "l-saved"}
+    log = resumed("d20", 20, [float(i) + 1 for i in range(21, 31)]).trainer()
+    log.steps[0]["rng"] = {"torch": "t-resumed", "python": "const", "loader": first_step_loader}
+    if rng_restored:
+        log.restores = [{"what": "torch-rng", "rng": {"torch": "t-other", "python": "const"}},
+                        {"what": "python-rng", "rng": {"torch": restored_torch, "python": "const"}}]
+    return score.trajectory(ref, log, 20, 0.0).findings
+
+
+def test_a_stream_restored_as_captured_at_the_save_is_captured_early_not_unrestored():
+    loader, finding = _captured_at_the_save("t-saved")
+    assert (loader.kind, loader.details["stream"]) == ("rng-not-restored", "loader")
+    assert (finding.kind, finding.details) == ("rng-captured-early", {"stream": "torch", "step": 21, "captured_at_step": 20})
+    assert "captured it at the save at step 20" in finding.message and "at step 21 it differs" in finding.message
+    assert "right before the next training step" in finding.message and "save and restore" not in finding.message
+    loader = _captured_at_the_save("t-saved", first_step_loader="l-saved")
+    assert [(f.kind, f.details["stream"]) for f in loader] == [("rng-captured-early", "loader"),
+                                                              ("rng-captured-early", "torch")]
+
+
+def test_a_stream_restored_to_another_state_or_never_restored_is_not_restored():
+    assert [f.kind for f in _captured_at_the_save("t-elsewhere")] == ["rng-not-restored", "rng-not-restored"]
+    unrestored = _captured_at_the_save("t-saved", first_step_loader="l-saved", rng_restored=False)
+    assert [(f.kind, f.details["stream"]) for f in unrestored] == [("rng-not-restored", "loader"),
+                                                                  ("rng-not-restored", "torch")]

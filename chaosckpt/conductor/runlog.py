@@ -29,6 +29,8 @@ class Save:
     error: Optional[str] = None
     ends: Optional[List[int]] = None
     """Where each write of the save ended, in bytes from its start, when the fault asked for them."""
+    rng: Dict[str, str] = field(default_factory=dict)
+    """Fingerprints of the random streams when the checkpoint's first save call began."""
 
 
 @dataclass
@@ -79,7 +81,7 @@ def _process(events: List[Event]) -> ProcessLog:
             log.steps.append(e)
         elif kind == "save-begin":
             save = Save(index=e["save"], step=e["step"], path=e.get("path"), digest=e["digest"], ts=e["ts"],
-                        op=e.get("op"))
+                        op=e.get("op"), rng=e.get("rng", {}))
             by_index[save.index] = save
             log.saves.append(save)
         elif kind == "save-end" and e["save"] in by_index:
