@@ -23,7 +23,7 @@ and ``pid``. The event types and their own fields:
                 they are held), ``eval`` (modules of the optimized model trees
                 in eval mode, when any are), ``rng_fetch`` (torch and CUDA stream
                 fingerprints when the step's first DataLoader batch was fetched, before
-                its forward), ``aliases`` (first step: private stream name -> the other
+                its forward; after a save, the first batch after it), ``aliases`` (first step: private stream name -> the other
                 places the same generator is held), and, on the first step of
                 the process and the first step after a load, ``digest`` (exact,
                 order-sensitive digest of all parameters).

@@ -235,6 +235,7 @@ class Recorder:
 
     def _open_checkpoint(self, path: Optional[str], via: str) -> None:
         self._save_began = time.time()
+        self._fetch_rng = None  # the next step's batch state is taken after the save: draws around it are told apart
         self.saves += 1
         self.checkpoint = Checkpoint(self.saves)
         fields: Dict[str, object] = {}

@@ -187,7 +187,8 @@ def trajectory(reference: ProcessLog, resume: ProcessLog, start: int, tolerance:
 
 def rng_findings(reference: ProcessLog, resume: ProcessLog, start: int, modes_differ: bool = False) -> List[Finding]:
     """Random streams whose state at the first resumed step differs from the reference's at that step: not
-    restored, or restored as captured at the save but captured before draws that precede the next step.
+    restored, or restored as captured at the save but with draws between the save and the next step in one run
+    and not the other (``rng_capture``).
 
     Streams the loop never draws from are left out. When modules trained in the wrong mode
     (``modes_differ``), dropout's draws changed the device streams (torch, CUDA) before the step: those
@@ -208,8 +209,8 @@ def rng_findings(reference: ProcessLog, resume: ProcessLog, start: int, modes_di
         if len({s.get("rng", {}).get(name) for s in reference.steps}) > 1
     }
     aliases = reference.steps[0].get("aliases", {}) if reference.steps else {}
-    early = rng_capture.restored_as_captured(reference, resume, start)
-    out = []
+    timing = rng_capture.timing(reference, resume, start)
+    out: List[Finding] = []
     for name in sorted(drawn):
         if ours.get(name) == theirs.get(name):
             continue
@@ -217,9 +218,9 @@ def rng_findings(reference: ProcessLog, resume: ProcessLog, start: int, modes_di
         if aliases.get(name):
             evidence["aliases"] = aliases[name]
         shown = STREAM_NAMES.get(name, name)
-        if name in early:
-            out.append(Finding(rng_capture.KIND, rng_capture.message(shown, start),
-                               {**evidence, "captured_at_step": start}))
+        if name in timing:
+            out.extend(Finding(kind, rng_capture.message(kind, shown, start), {**evidence, "captured_at_step": start})
+                       for kind in timing[name])
             continue
         out.append(
             Finding(
