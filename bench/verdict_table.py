@@ -32,8 +32,9 @@ NODE_SCENARIOS = ("node-power-loss", "node-loss")
 
 EXPLAINING = ("resume-chose-incomplete", "resume-chose-dcp-without-metadata", "rotation-before-complete",
               "resume-exited", "acknowledged-checkpoint-lost", "move-became-copy", "torn-checkpoint", "in-place-save",
-              "ranks-disagree", "eval-mode-in-training", "rng-not-restored", "epoch-order-replayed",
-              "epoch-order-differs", "step-count-differs", "sampler-overlap", "sampler-missing", "resume-hung")
+              "ranks-disagree", "eval-mode-in-training", "rng-captured-early", "rng-drawn-after-restore",
+              "rng-not-restored", "epoch-order-replayed", "epoch-order-differs", "step-count-differs", "sampler-overlap",
+              "sampler-missing", "resume-hung")
 """Finding kinds that say why a trial failed, most telling first: the first one present is its cause."""
 
 
@@ -62,6 +63,13 @@ FRAMEWORK_JOBS = {
     "accelerate": Job("tests/jobs/accelerate_job.py", "tests/jobs/accelerate_job.py", ()),
     "accelerate_robust": Job("tests/jobs/accelerate_job.py --total-limit 2 --resume-complete",
                              "tests/jobs/accelerate_job.py", ("--total-limit", "2", "--resume-complete")),
+    "accelerate_eval": Job("tests/jobs/accelerate_job.py --total-limit 2 --resume-complete --eval after-save",
+                           "tests/jobs/accelerate_job.py",
+                           ("--total-limit", "2", "--resume-complete", "--eval", "after-save")),
+    "accelerate_eval_robust": Job("tests/jobs/accelerate_job.py --total-limit 2 --resume-complete --eval before-save "
+                                  "--loader-generator", "tests/jobs/accelerate_job.py",
+                                  ("--total-limit", "2", "--resume-complete", "--eval", "before-save",
+                                   "--loader-generator")),
     "dcp": Job("tests/jobs/dcp_job.py (2 ranks)", "tests/jobs/dcp_job.py", (), nproc=2),
     "dcp_robust": Job("tests/jobs/dcp_job.py --resume-complete (2 ranks)", "tests/jobs/dcp_job.py",
                       ("--resume-complete",), nproc=2),
@@ -124,6 +132,13 @@ FRAMEWORK_ROWS: List[Tuple[str, str, str, str, str]] = [
      "total_limit=1 deletes checkpoint_0 before checkpoint_1 is written; load_state() takes the torn one"),
     ("accelerate_robust", "kill9-mid-save", "PASSED", "last-good",
      "total_limit=2 keeps checkpoint_0; resumes from the newest folder holding its last file"),
+    ("accelerate_eval", "kill9-mid-save", "FAILED", "last-good, rng-captured-early",
+     "save_state() captures the RNG state before the evaluation's shuffled loader draws from it; load_state() "
+     "restores it exactly, so the resumed steps' dropout masks differ (and skip_first_batches' new iterator draws "
+     "from it on resume: rng-drawn-after-restore too)"),
+    ("accelerate_eval_robust", "kill9-mid-save", "PASSED", "last-good",
+     "evaluates before save_state(), and the training DataLoader has its own generator, so the iterator made on "
+     "resume draws nothing from torch's stream"),
     ("dcp", "kill9-mid-save", "FAILED", "crashed, resume-chose-dcp-without-metadata",
      "the resume takes step_8/, which the killed dcp.save left without .metadata, over complete step_4/"),
     ("dcp_robust", "kill9-mid-save", "PASSED", "last-good",

@@ -23,7 +23,7 @@ and ``pid``. The event types and their own fields:
                 they are held), ``eval`` (modules of the optimized model trees
                 in eval mode, when any are), ``rng_fetch`` (torch and CUDA stream
                 fingerprints when the step's first DataLoader batch was fetched, before
-                its forward), ``aliases`` (first step: private stream name -> the other
+                its forward; after a save, the first batch after it), ``aliases`` (first step: private stream name -> the other
                 places the same generator is held), and, on the first step of
                 the process and the first step after a load, ``digest`` (exact,
                 order-sensitive digest of all parameters).
@@ -34,7 +34,8 @@ and ``pid``. The event types and their own fields:
                 ``path`` (of its first call, absolute; a file object's name, or null;
                 a directory for "dcp"), ``via`` ("path", "fileobj" or "dcp":
                 torch.distributed.checkpoint.save), ``digest`` (of the optimized
-                parameters as they are being saved), ``op`` (journal operations so
+                parameters as they are being saved), ``rng`` (stream fingerprints as
+                in ``step``, as the save began), ``op`` (journal operations so
                 far, when the journal is on).
 ``save-file``   one save call of the checkpoint returned or raised. ``save``, ``path``,
                 ``via``, ``ok``, ``bytes``, ``writes``, ``error`` (one line, or null);
@@ -53,7 +54,9 @@ and ``pid``. The event types and their own fields:
 ``load``        ``torch.load`` returned or raised. ``path`` (or null), ``ok``,
                 ``error`` (one line, or null), ``keys`` (top-level keys of a dict).
 ``restore``     state was put back into the job. ``what`` ("module", "optimizer",
-                "torch-rng", "python-rng"), ``name`` (class name).
+                "torch-rng", "python-rng"), ``name`` (class name); an RNG restore
+                before the first step adds ``rng`` (the process-wide streams'
+                fingerprints right after it).
 ``fault``       the armed fault fired. ``fault`` (kind), ``save``, and where:
                 ``write`` (index of the write it fired in), ``bytes`` (bytes of
                 the save on disk at that moment), ``path``; or ``op`` (journal

@@ -58,10 +58,19 @@ def test_the_loader_generator_left_unrestored_is_named_by_where_it_is_held(proje
     assert "None" not in json.dumps(t["findings"]) + t["headline"]
 
 
-def test_numpy_state_left_unrestored_is_named(project, tmp_path):
-    rc, t = trial(project, tmp_path, "kill9-mid-save", "--numpy", "--restore", "torch,python,loader", "--bloat")
-    assert rc == 1
+def test_numpy_left_unrestored_and_torch_captured_before_the_evaluation_are_told_apart(project, tmp_path):
+    """Regression (issue 15): the job saves torch's state, then draws from it for an evaluation before the next
+    step; it restores exactly what it saved, so "save and restore it" was the wrong advice for torch."""
+    rc, t = trial(project, tmp_path, "kill9-mid-save", "--numpy", "--restore", "torch,python,loader", "--bloat",
+                  "--eval", "after-save")
+    assert rc == 1 and t["outcome"] == "last-good"
     assert [f["stream"] for f in by_kind(t, "rng-not-restored")] == ["numpy"]
+    (early,) = by_kind(t, "rng-captured-early")
+    assert by_kind(t, "rng-drawn-after-restore") == []  # its loader draws from its own generator
+    start = t["recovered_step"]
+    assert (early["stream"], early["captured_at_step"], early["step"]) == ("torch", start, start + 1)
+    assert f"restored exactly as the job captured it at the save at step {start}" in early["message"]
+    assert "right before the next training step" in early["message"] and "save and restore" not in early["message"]
     (bloat,) = by_kind(t, "checkpoint-view-bloat")
     assert bloat["path"] == "head" and bloat["stored_bytes"] >= 1000 * bloat["view_bytes"]
     assert bloat["saves"] == [1, 2, 3]
@@ -78,3 +87,4 @@ def test_a_resume_that_exits_non_zero_after_its_load_leads_the_headline(project,
     assert t["headline"].startswith("FAILED kill9-mid-save: the resumed run exited with status 1 on FileNotFoundError: ")
     assert "after step 24 in save() (train.py line " in t["headline"]
     assert t["headline"].endswith("it had resumed from the last good checkpoint (step 8)")
+

@@ -138,8 +138,12 @@ def test_a_job_that_never_resumes_restarts_from_scratch(project, tmp_path):
 
 
 def test_resume_args_are_appended_for_the_resume_run(project, tmp_path):
-    res = trial_of(project, "train.py", "--resume-args=--resumed", "--", "--resume-flag", out=tmp_path / "r")
+    """Also: a job that evaluates on random rows before it saves captures its RNG state after those draws: it
+    passes (the job that evaluates after its save is test_e2e_diagnosis's)."""
+    res = trial_of(project, "train.py", "--resume-args=--resumed", "--", "--eval", "before-save", "--epochs", "3",
+                   "--resume-flag", out=tmp_path / "r")
     assert res.returncode == 0, res.trial["headline"]
+    assert res.trial["findings"] == []
     resume = [r for r in res.trial["runs"] if r["name"] == "resume"][0]
     assert resume["command"][-2:] == ["--resume-flag", "--resumed"]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from chaosckpt.conductor import score
+from chaosckpt.conductor import rng_capture, score
 from chaosckpt.conductor.runlog import ProcessLog, RunLog, Save
 
 
@@ -105,3 +105,60 @@ def test_fault_point_is_the_step_of_the_interrupted_save():
     log.fault = {"save": 2, "ts": 3.0}
     proc, at = score.fault_point(RunLog([run_with([]), log]))
     assert proc is log and at == 20
+
+
+
+def _restored_as_saved(resumed_fetch=None, reference_fetch=None, rng_restored=True, passes=(), first_loader="l-res"):
+    """A reference that saved at step 20 with torch at "t-saved" and its loader generator at "l-saved", and a
+    resume from that save whose restores left torch at "t-saved"; ``*_fetch``: torch's state when each run's next
+    step fetched its first batch; ``passes``: (run, sampler size, step, ts) of DataLoader passes."""
+    ref = run_with([step(i, float(i), digest="d0" if i == 1 else None,
+                         rng={"torch": f"t{i}", "python": "const", "loader": f"l{i}"}) for i in range(1, 31)],
+                   saves=[(10, "d10"), (20, "d20"), (30, "d30")])
+    ref.saves[1].rng = {"torch": "t-saved", "python": "const", "loader": "l-saved"}
+    log = resumed("d20", 20, [float(i) + 1 for i in range(21, 31)]).trainer()
+    log.steps[0]["rng"] = {"torch": "t-resumed", "python": "const", "loader": first_loader}
+    if resumed_fetch:
+        log.steps[0]["rng_fetch"] = {"torch": resumed_fetch}
+    if reference_fetch:
+        ref.steps[20]["rng_fetch"] = {"torch": reference_fetch}
+    if rng_restored:
+        log.restores = [{"what": "torch-rng", "rng": {"torch": "t-other", "python": "const"}},
+                        {"what": "python-rng", "rng": {"torch": "t-saved", "python": "const"}}]
+    for run, size, at, ts in passes:
+        (ref if run == "reference" else log).passes.append({"sampler": "RandomSampler", "size": size, "step": at,
+                                                            "ts": ts, "complete": True})
+    return [(f.kind, f.details["stream"]) for f in score.trajectory(ref, log, 20, 0.0).findings]
+
+
+def test_draws_between_the_capture_and_the_next_step_are_told_by_which_run_made_them():
+    # the resumed run's state at its first batch is still the saved one: the uninterrupted run drew after its save
+    assert _restored_as_saved(resumed_fetch="t-saved", reference_fetch="t-eval") == [
+        ("rng-not-restored", "loader"), ("rng-captured-early", "torch")]
+    # the uninterrupted run's is: the resumed run drew after its restore (a new iterator on resume)
+    assert _restored_as_saved(resumed_fetch="t-iter", reference_fetch="t-saved")[1:] == [
+        ("rng-drawn-after-restore", "torch")]
+    # both moved (a new epoch's iterator in both runs): the passes each began in between tell
+    evaluation = [("reference", 64, 20, 5.0), ("reference", 256, 20, 9.0), ("resume", 256, 0, 9.0)]
+    assert _restored_as_saved("t-iter", "t-eval-iter", passes=evaluation)[1:] == [("rng-captured-early", "torch")]
+    skipped = [("reference", 256, 0, 9.0), ("resume", 256, 0, 9.0)]  # a mid-epoch resume's new iterator
+    assert _restored_as_saved("t-iter", "t-next", passes=skipped)[1:] == [("rng-drawn-after-restore", "torch")]
+    # a private generator's state at the resumed first step is the saved one: it drew nothing before it
+    assert _restored_as_saved("t-saved", "t-eval", first_loader="l-saved") == [
+        ("rng-captured-early", "loader"), ("rng-captured-early", "torch")]
+
+
+def test_without_evidence_or_without_a_restore_a_stream_is_not_restored():
+    assert _restored_as_saved("t-iter", "t-eval-iter")[1:] == [("rng-not-restored", "torch")]
+    assert _restored_as_saved() == [("rng-not-restored", "loader"), ("rng-not-restored", "torch")]
+    assert _restored_as_saved("t-saved", "t-eval", rng_restored=False) == [
+        ("rng-not-restored", "loader"), ("rng-not-restored", "torch")]
+
+
+def test_the_timing_messages_name_the_save_and_the_fix_not_save_and_restore():
+    early = rng_capture.message(rng_capture.CAPTURED_EARLY, "torch CPU", 20)
+    assert "captured it at the save at step 20" in early and "at step 21 it differs" in early
+    assert "right before the next training step" in early
+    late = rng_capture.message(rng_capture.DRAWN_AFTER_RESTORE, "torch CPU", 20)
+    assert "after the restore and before its first step" in late and "its own generator" in late
+    assert "save and restore" not in early + late

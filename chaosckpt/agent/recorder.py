@@ -236,6 +236,7 @@ class Recorder:
 
     def _open_checkpoint(self, path: Optional[str], via: str) -> None:
         self._save_began = time.time()
+        self._fetch_rng = None  # the next step's batch state is taken after the save: draws around it are told apart
         self.saves += 1
         self.checkpoint = Checkpoint(self.saves)
         fields: Dict[str, object] = {}
@@ -248,6 +249,7 @@ class Recorder:
             path=None if path is None else os.path.abspath(path),
             via=via,
             digest=self._digest(),
+            rng=self._rng(),
             **fields,
         )
         fault = self.fault
@@ -264,6 +266,13 @@ class Recorder:
             return fingerprint.exact_digest(self.params())
         except Exception:  # parameters it cannot read (a sharded tensor): the save is still recorded
             return "unavailable"
+
+    def _rng(self) -> Dict[str, str]:
+        """The streams' states now (a save begins, an RNG restore returned); empty when one cannot be read."""
+        try:
+            return self.streams.fingerprints()
+        except Exception:  # a stream it cannot read: the event is still sent
+            return {}
 
     def _look_into(self, obj: object, ckpt: "Checkpoint") -> None:
         """What the saved object holds: judged with the checkpoint's other objects when the checkpoint ends."""
@@ -354,7 +363,7 @@ class Recorder:
             self.emit("restore", what=what, name=type(obj).__name__)
             self._need_digest = True
         elif self.step == 0:  # RNG restores mid-run (activation checkpointing, fork_rng) are not resumes
-            self.emit("restore", what=what, name=type(obj).__name__)
+            self.emit("restore", what=what, name=type(obj).__name__, rng=self._rng())
         fault = self.fault
         if fault is not None and fault.kind == "eval" and what == "module" and not self._eval_done:
             self._eval_done = True

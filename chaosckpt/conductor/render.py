@@ -7,8 +7,9 @@ from typing import List
 
 from chaosckpt.conductor.result import Trial
 
-DIVERGENCE_CAUSES = ("eval-mode-in-training", "rng-not-restored", "step-count-differs", "epoch-order-replayed", "epoch-order-differs",
-                     "sampler-overlap", "sampler-missing")
+DIVERGENCE_CAUSES = ("eval-mode-in-training", "rng-not-restored", "rng-captured-early", "rng-drawn-after-restore",
+                     "step-count-differs", "epoch-order-replayed", "epoch-order-differs", "sampler-overlap",
+                     "sampler-missing")
 """Finding kinds that explain a divergence; the first one found goes into the headline."""
 
 REASONS = {

@@ -32,6 +32,8 @@ class Save:
     """Where each write of the save ended, in bytes from its start, when the fault asked for them."""
     moves: List[Event] = field(default_factory=list)
     """``save-move`` events: files moved or copied while it was open."""
+    rng: Dict[str, str] = field(default_factory=dict)
+    """Fingerprints of the random streams when the checkpoint's first save call began."""
 
     def paths(self) -> List[str]:
         """Its files: those its save calls wrote, then those moved or copied in from a file that is none of
@@ -100,7 +102,7 @@ def _process(events: List[Event]) -> ProcessLog:
             log.steps.append(e)
         elif kind == "save-begin":
             save = Save(index=e["save"], step=e["step"], path=e.get("path"), digest=e["digest"], ts=e["ts"],
-                        op=e.get("op"))
+                        op=e.get("op"), rng=e.get("rng", {}))
             by_index[save.index] = save
             log.saves.append(save)
         elif kind == "save-end" and e["save"] in by_index:

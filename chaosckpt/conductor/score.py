@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from chaosckpt.conductor import logcap
+from chaosckpt.conductor import logcap, rng_capture
 from chaosckpt.conductor.result import Finding, Outcome
 from chaosckpt.conductor.runlog import ProcessLog, RunLog
 
@@ -186,7 +186,9 @@ def trajectory(reference: ProcessLog, resume: ProcessLog, start: int, tolerance:
 
 
 def rng_findings(reference: ProcessLog, resume: ProcessLog, start: int, modes_differ: bool = False) -> List[Finding]:
-    """Random streams whose state at the first resumed step differs from the reference's at that step.
+    """Random streams whose state at the first resumed step differs from the reference's at that step: not
+    restored, or restored as captured at the save but with draws between the save and the next step in one run
+    and not the other (``rng_capture``).
 
     Streams the loop never draws from are left out. When modules trained in the wrong mode
     (``modes_differ``), dropout's draws changed the device streams (torch, CUDA) before the step: those
@@ -207,20 +209,27 @@ def rng_findings(reference: ProcessLog, resume: ProcessLog, start: int, modes_di
         if len({s.get("rng", {}).get(name) for s in reference.steps}) > 1
     }
     aliases = reference.steps[0].get("aliases", {}) if reference.steps else {}
-    out = []
+    timing = rng_capture.timing(reference, resume, start)
+    out: List[Finding] = []
     for name in sorted(drawn):
-        if ours.get(name) != theirs.get(name):
-            evidence = {"stream": name, "step": start + 1}
-            if aliases.get(name):
-                evidence["aliases"] = aliases[name]
-            out.append(
-                Finding(
-                    "rng-not-restored",
-                    f"the {STREAM_NAMES.get(name, name)} random stream was not restored: at step {start + 1} its "
-                    f"state differs from the uninterrupted run's; save and restore it in the checkpoint",
-                    evidence,
-                )
+        if ours.get(name) == theirs.get(name):
+            continue
+        evidence = {"stream": name, "step": start + 1}
+        if aliases.get(name):
+            evidence["aliases"] = aliases[name]
+        shown = STREAM_NAMES.get(name, name)
+        if name in timing:
+            out.extend(Finding(kind, rng_capture.message(kind, shown, start), {**evidence, "captured_at_step": start})
+                       for kind in timing[name])
+            continue
+        out.append(
+            Finding(
+                "rng-not-restored",
+                f"the {shown} random stream was not restored: at step {start + 1} its "
+                f"state differs from the uninterrupted run's; save and restore it in the checkpoint",
+                evidence,
             )
+        )
     return out
 
 

@@ -6,6 +6,10 @@ new one, so with ``--total-limit 1`` a kill in a save leaves no complete checkpo
 the newest folder whether complete or not. ``--total-limit 2 --resume-complete`` (the robust configuration)
 keeps the previous checkpoint while the new one is written and resumes from the newest folder whose
 last file (the custom state, ``custom_checkpoint_0.pkl``) exists, removing the incomplete one.
+``--eval after-save`` evaluates right after each ``save_state``: the RNG state it saved misses the evaluation's
+draws (``--eval before-save`` evaluates first). A resume mid-epoch makes a new iterator through
+``skip_first_batches``, which draws its seed from torch's stream unless the DataLoader has its own generator
+(``--loader-generator``).
 """
 
 import argparse
@@ -23,6 +27,12 @@ p.add_argument("--steps", type=int, default=12)
 p.add_argument("--every", type=int, default=4)
 p.add_argument("--total-limit", type=int, default=1)
 p.add_argument("--resume-complete", action="store_true", help="resume from the newest complete checkpoint folder")
+p.add_argument("--eval", choices=["none", "after-save", "before-save"], default="none",
+               help="train with dropout and evaluate on a shuffled loader at every checkpoint, after or before "
+                    "save_state: after it, the saved RNG state misses the evaluation's draws")
+p.add_argument("--loader-generator", action="store_true",
+               help="give the training DataLoader its own generator: the iterator skip_first_batches makes on "
+                    "resume then draws its seed from it, not from torch's stream")
 
 
 class Progress:
@@ -36,6 +46,15 @@ class Progress:
         self.step = state["step"]
 
 
+def evaluate(model, loader):
+    """A validation pass: its shuffled loader draws a seed from torch's stream."""
+    model.eval()
+    with torch.no_grad():
+        loss = sum(float(torch.nn.functional.mse_loss(model(xb), yb)) for xb, yb in loader)
+    model.train()
+    print(f"eval loss {loss:.4f}", flush=True)
+
+
 def main():
     args = p.parse_args()
     set_seed(0)
@@ -43,8 +62,11 @@ def main():
     accelerator = Accelerator(cpu=True, project_config=config)
     g = torch.Generator().manual_seed(1234)
     x = torch.randn(256, 8, generator=g)
-    loader = DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8, shuffle=False)
-    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    own = torch.Generator().manual_seed(7) if args.loader_generator else None
+    loader = DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8, shuffle=False, generator=own)
+    dropout = [torch.nn.Dropout(0.1)] if args.eval != "none" else []
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), *dropout, torch.nn.Linear(16, 1))
+    eval_loader = DataLoader(TensorDataset(x[:64], x[:64].sum(1, keepdim=True)), batch_size=16, shuffle=True)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     model, opt, loader = accelerator.prepare(model, opt, loader)
     progress = Progress()
@@ -69,7 +91,11 @@ def main():
         opt.zero_grad()
         progress.step += 1
         if progress.step % args.every == 0:
+            if args.eval == "before-save":
+                evaluate(model, eval_loader)
             accelerator.save_state()
+            if args.eval == "after-save":
+                evaluate(model, eval_loader)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,9 @@ p.add_argument("--bloat", action="store_true", help="save a 10-element slice of 
 p.add_argument("--native-write", action="store_true", help="also write ckpt/extra.bin through libc, unseen by Python")
 p.add_argument("--copy-best", action="store_true", help="copy each checkpoint to best.pt with shutil.copyfile")
 p.add_argument("--restore", default="torch,python,loader,numpy", help="random streams the checkpoint restores")
+p.add_argument("--eval", choices=["none", "after-save", "before-save"], default="none",
+               help="after each epoch, evaluate on a random subset (drawing from torch's stream) after or before "
+                    "the save: after it, the checkpoint's RNG state is captured before the evaluation's draws")
 p.add_argument("--epochs", type=int, default=4)
 p.add_argument("--samples", type=int, default=64)
 p.add_argument("--workers", type=int, default=0)
@@ -76,7 +79,8 @@ def main():
     np.random.seed(seed)
     big = torch.zeros(1_000_000)
     loader_gen = torch.Generator().manual_seed(seed)
-    loader = DataLoader(Data(args.samples, args.workers > 0), batch_size=8, shuffle=True, generator=loader_gen,
+    data = Data(args.samples, args.workers > 0)
+    loader = DataLoader(data, batch_size=8, shuffle=True, generator=loader_gen,
                         num_workers=args.workers, multiprocessing_context=args.mp_context)
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Dropout(0.25), nn.Linear(16, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
@@ -137,6 +141,12 @@ def main():
                 raise
             print(f"save failed, carrying on: {exc}", flush=True)
 
+    def evaluate():
+        rows = torch.randperm(len(data))[:16]
+        with torch.no_grad():
+            x, y = data.x[rows], data.y[rows]
+            print(f"eval loss {float(((model(x) - y) ** 2).mean()):.4f}", flush=True)
+
     start = 0
     candidates = sorted(f for f in os.listdir("ckpt") if f.endswith(".pt"))
     may_resume = args.resume_from != "none" and (args.resumed or not args.resume_flag)
@@ -175,10 +185,14 @@ def main():
             opt.zero_grad()
             loss.backward()
             opt.step()
+        if args.eval == "before-save":
+            evaluate()
         save_or_carry_on({"model": model.state_dict(), "opt": opt.state_dict(), "epoch": epoch, "torch": torch.get_rng_state(),
               "python": random.getstate(), "loader": loader_gen.get_state(),
               **({"numpy": np.random.get_state()} if args.numpy else {}),
               **({"head": big[:10]} if args.bloat else {})}, ckpt_path(epoch))
+        if args.eval == "after-save":
+            evaluate()
     print("finished", flush=True)
 
 
