@@ -112,7 +112,7 @@ class PickledObject(dict):
     def __repr__(self) -> str:
         return f"<pickled {self.pickled_name}>"
 
-    def __hash__(self) -> int:
+    def __hash__(self) -> int:  # type: ignore[override]
         """By identity, so that a placeholder can be a dict key, as DCP's ``MetadataIndex`` is in ``.metadata``."""
         return id(self)
 
