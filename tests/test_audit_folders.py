@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import random
 import re
 import shutil
@@ -157,10 +158,11 @@ def test_trainer_folder_torn_in_any_file_is_incomplete(tmp_path):
     (folder / "trainer_state.json").unlink()  # killed before the Trainer's last file
     report = checkpoint_folder.audit_folder(folder)
     assert not report["complete"] and report["step"] is None
-    [incomplete, no_step] = report["findings"]
+    [incomplete] = report["findings"]  # and no "save the step" advice: the Trainer does, in the missing file
     assert incomplete["kind"] == "incomplete-checkpoint" and incomplete["missing"] == ["trainer_state.json"]
     assert incomplete["message"].startswith("no trainer_state.json: the Trainer writes it last")
-    assert no_step["kind"] == "no-step-in-checkpoint"
+    assert report["notes"] == ["step and RNG states are not judged in an incomplete checkpoint: what is missing may "
+                               "hold them"]
 
     folder = trainer_folder(tmp_path / "torn" / "checkpoint-8", step=8)
     data = (folder / "optimizer.pt").read_bytes()
@@ -178,6 +180,25 @@ def test_trainer_folder_torn_in_any_file_is_incomplete(tmp_path):
     assert errors["optimizer.pt"].startswith("torn: a zip archive without its end")
     assert errors["trainer_state.json"].startswith("not valid JSON (")
     assert errors["model.safetensors"].startswith("torn: tensor ")
+
+
+def test_any_folder_of_checkpoint_files_and_an_empty_one(tmp_path):
+    model, opt = model_and_optimizer()
+    (tmp_path / "ckpt").mkdir()
+    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict()}, tmp_path / "ckpt" / "last.pt")
+    (tmp_path / "ckpt" / "meta").write_bytes(pickle.dumps({"epoch": 3}))  # no suffix: sniffed
+    (tmp_path / "ckpt" / "README.txt").write_text("step 3\n")
+    report = checkpoint_folder.audit_folder(tmp_path / "ckpt")
+    assert (report["format"], report["complete"]) == ("checkpoint folder", True)
+    assert [(f["path"], f["file_format"]) for f in report["files"]] == [("last.pt", "torch zip archive"),
+                                                                        ("meta", "pickle")]
+    assert report["progress"] == [{"file": "meta", "path": "epoch", "name": "epoch", "value": 3}]
+    assert report["findings"] == [] and report["notes"] == ["README.txt: not a checkpoint format: not judged"]
+
+    (tmp_path / "empty").mkdir()
+    report = checkpoint_folder.audit_folder(tmp_path / "empty")
+    assert not report["complete"] and kinds(report["findings"]) == ["incomplete-checkpoint"]
+    assert report["findings"][0]["message"].endswith("holds no checkpoint file")
 
 
 def test_accelerate_folder_written_by_save_state(tmp_path):
@@ -223,7 +244,7 @@ def test_dcp_folder_without_metadata_or_with_a_torn_or_damaged_shard(tmp_path):
     report = checkpoint_folder.audit_folder(folder)
     assert not report["complete"]
     [finding] = report["findings"]
-    assert finding["kind"] == "incomplete-checkpoint" and "no .metadata: dcp.save writes it last" in finding["message"]
+    assert finding["kind"] == "incomplete-checkpoint" and finding["message"].startswith("1 shard and no .metadata: dcp.save writes it last")
     (tmp_path / "metadata").rename(folder / ".metadata")
 
     shard.write_bytes(data[:-100])
@@ -267,7 +288,7 @@ def test_cli_folders_text_and_json_valid_against_the_schema(tmp_path):
     doc = assert_envelope("audit", json.loads(res.stdout))
     [folder] = doc["checkpoints"]
     assert (folder["path"], folder["complete"], folder["status"]) == ("out/checkpoint-8", False, "findings")
-    assert kinds(folder["findings"]) == ["incomplete-checkpoint", "no-step-in-checkpoint"]
+    assert kinds(folder["findings"]) == ["incomplete-checkpoint"]
     assert [(f["path"], f["status"]) for f in doc["files"]] == [("out/checkpoint-4/optimizer.pt", "findings")]
 
 

@@ -207,12 +207,14 @@ def audit_folder(folder: Union[str, Path], *, streams: Union[int, Sequence[str],
         report["status"] = status(report)
     rng = [{"file": f, **r} for f, c in states for r in c["rng_states"]]
     progress = [{"file": f, **p} for f, c in states for p in c["progress"]]
-    whole = checkpoint_content.merge([{**c, "bloat": [], "keys": []} for _, c in states]) if states else None
-    if whole is not None:
-        findings += checkpoint_content.findings(whole, streams=streams, training=training)
     steps = [p["value"] for p in progress if "step" in p["name"].lower() and p["value"] is not None]
     complete = not walk.unlisted and all(r["status"] != "unreadable" for r in files) \
         and not any(f["kind"] == "incomplete-checkpoint" for f in findings)
+    if complete and states:
+        whole = checkpoint_content.merge([{**c, "bloat": [], "keys": []} for _, c in states])
+        findings += checkpoint_content.findings(whole, streams=streams, training=training)
+    elif not complete:
+        notes.append("step and RNG states are not judged in an incomplete checkpoint: what is missing may hold them")
     flagged = findings or any(r["findings"] for r in files)
     return {"path": root, "format": kind, "bytes": sum(walk.files.values()), "complete": complete,
             "step": max(steps) if steps else None, "files": files, "rng_states": rng, "progress": progress,
