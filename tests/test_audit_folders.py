@@ -244,7 +244,8 @@ def test_dcp_folder_without_metadata_or_with_a_torn_or_damaged_shard(tmp_path):
     report = checkpoint_folder.audit_folder(folder)
     assert not report["complete"]
     [finding] = report["findings"]
-    assert finding["kind"] == "incomplete-checkpoint" and finding["message"].startswith("1 shard and no .metadata: dcp.save writes it last")
+    assert finding["kind"] == "incomplete-checkpoint"
+    assert finding["message"].startswith("the folder holds 1 shard and no .metadata: dcp.save writes it last")
     (tmp_path / "metadata").rename(folder / ".metadata")
 
     shard.write_bytes(data[:-100])
@@ -272,7 +273,7 @@ def test_dcp_folder_without_metadata_or_with_a_torn_or_damaged_shard(tmp_path):
 
 def test_cli_folders_text_and_json_valid_against_the_schema(tmp_path):
     trainer_folder(tmp_path / "out" / "checkpoint-4")
-    torn = trainer_folder(tmp_path / "out" / "checkpoint-8", step=8)
+    torn = trainer_folder(tmp_path / "out" / "checkpoint-12", step=12)
     (torn / "trainer_state.json").unlink()
     dcp_folder(tmp_path / "step_7")
 
@@ -283,12 +284,13 @@ def test_cli_folders_text_and_json_valid_against_the_schema(tmp_path):
     assert "  step/epoch: trainer_state.json: global_step=4" in lines
     assert any(line.startswith("OK step_7/: torch.distributed.checkpoint folder, complete, step 7, 2 files") for line in lines)
 
-    res = run_chaosckpt(["audit", "--json", "out/checkpoint-8", "out/checkpoint-4/optimizer.pt"], cwd=tmp_path)
+    # a folder of checkpoint folders stands for each of them, in numeric order
+    res = run_chaosckpt(["audit", "--json", "out", "out/checkpoint-4/optimizer.pt"], cwd=tmp_path)
     assert res.returncode == 1, res.stderr
     doc = assert_envelope("audit", json.loads(res.stdout))
-    [folder] = doc["checkpoints"]
-    assert (folder["path"], folder["complete"], folder["status"]) == ("out/checkpoint-8", False, "findings")
-    assert kinds(folder["findings"]) == ["incomplete-checkpoint"]
+    assert [(c["path"], c["complete"], c["status"]) for c in doc["checkpoints"]] == [
+        (os.path.join("out", "checkpoint-4"), True, "ok"), (os.path.join("out", "checkpoint-12"), False, "findings")]
+    assert kinds(doc["checkpoints"][1]["findings"]) == ["incomplete-checkpoint"]
     assert [(f["path"], f["status"]) for f in doc["files"]] == [("out/checkpoint-4/optimizer.pt", "findings")]
 
 

@@ -6,12 +6,14 @@ safetensors headers alike), JSON state parses, the file its framework writes las
 ``.metadata`` names only shards that are there and long enough. The state is read across all files:
 step counters in any of them (``trainer_state.json``'s ``global_step``, a DCP ``step``), RNG streams in
 any of them (``rng_state.pth``, ``random_states_0.pkl``, a DCP item). The walk never follows a link to a
-folder, never opens anything but a regular file, and stops at ``MAX_FILES`` files: a FIFO, socket, link
-loop or unreadable entry is one note or one finding, never a hang.
+folder, never opens anything but a regular file, and stops after ``MAX_ENTRIES`` entries: a FIFO, socket,
+link loop or unreadable entry is one note or one finding, never a hang. A folder that holds only folders
+(``out/`` with ``checkpoint-4/`` and ``checkpoint-8/``) is the checkpoints in it, each judged on its own.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -25,7 +27,7 @@ from chaosckpt.conductor import audit, dcp_folder
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".pkl", ".pickle", ".ckpt", ".tar", ".safetensors")
 """Files that must load; others are judged when their first bytes are a checkpoint format's."""
 JSON_LIMIT = 16 << 20
-MAX_FILES = 10_000
+MAX_ENTRIES = 10_000
 MAX_DEPTH = 8
 
 TRAINER, ACCELERATE, DCP, FILES = ("Hugging Face Trainer checkpoint", "Accelerate checkpoint",
@@ -69,19 +71,21 @@ class _Walk:
         self.files: Dict[str, int] = {}
         self.notes: List[str] = []
         self.unlisted: List[Tuple[str, str]] = []
+        seen = 0
         stack = [("", 0)]
         while stack:
             rel, depth = stack.pop()
             try:
                 with os.scandir(os.path.join(root, rel) if rel else root) as entries:
-                    listed = sorted(entries, key=lambda e: e.name)
+                    listed = sorted(itertools.islice(entries, MAX_ENTRIES - seen + 1), key=lambda e: e.name)
             except OSError as exc:
                 self.unlisted.append((rel or ".", exc.strerror or str(exc)))
                 continue
             for entry in listed:
                 name = os.path.join(rel, entry.name) if rel else entry.name
-                if len(self.files) >= MAX_FILES:
-                    self.notes.append(f"more than {MAX_FILES} files: the rest is not judged")
+                seen += 1
+                if seen > MAX_ENTRIES:
+                    self.notes.append(f"more than {MAX_ENTRIES} entries: the rest is not judged")
                     return
                 self._entry(entry, name, depth, stack)
 
@@ -219,6 +223,26 @@ def audit_folder(folder: Union[str, Path], *, streams: Union[int, Sequence[str],
     return {"path": root, "format": kind, "bytes": sum(walk.files.values()), "complete": complete,
             "step": max(steps) if steps else None, "files": files, "rng_states": rng, "progress": progress,
             "findings": findings, "notes": notes, "status": "findings" if flagged else "ok"}
+
+
+def checkpoints_in(folder: Union[str, Path]) -> List[str]:
+    """The checkpoints a folder given to ``audit`` stands for: itself, or, when it holds folders and no file,
+    each folder in it (in numeric order: ``checkpoint-4`` before ``checkpoint-12``)."""
+    root = str(folder)
+    try:
+        with os.scandir(root) as entries:
+            listed = list(itertools.islice(entries, MAX_ENTRIES + 1))
+        folders = [e.name for e in listed if e.is_dir(follow_symlinks=False)]
+        if not folders or any(not e.is_dir(follow_symlinks=False) for e in listed):
+            return [root]
+    except OSError:
+        return [root]  # audit_folder says why it cannot be listed
+
+    def order(name: str) -> Tuple[str, int, str]:
+        number = re.search(r"(\d+)$", name)
+        return (name[:number.start()] if number else name, int(number.group(1)) if number else -1, name)
+
+    return [os.path.join(root, name) for name in sorted(folders, key=order)]
 
 
 def _missing(kind: str, top: List[str], files: List[Dict[str, Any]], root: str) -> List[Dict[str, Any]]:

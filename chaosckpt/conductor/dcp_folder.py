@@ -80,9 +80,9 @@ def judge(folder: str, prefix: str, names: Dict[str, int], max_inflate: Optional
             {"path": prefix + n, "bytes": names[n], "file_format": "DCP shard", "contents": None, "findings": []}
             for n in shards]
         return {"files": files, "state": None, "notes": [], "findings": [finding(
-            "incomplete-checkpoint", f"{prefix}{len(shards)} shard{'' if len(shards) == 1 else 's'} and no .metadata: "
-            "dcp.save writes it last, on rank 0, once every rank's shards are written, so this save never finished "
-            "and dcp.load refuses the folder", missing=[prefix + METADATA])]}
+            "incomplete-checkpoint", f"{prefix or 'the folder'} holds {len(shards)} shard{'' if len(shards) == 1 else 's'} "
+            "and no .metadata: dcp.save writes it last, on rank 0, once every rank's shards are written, so this save "
+            "never finished and dcp.load refuses the folder", missing=[prefix + METADATA])]}
     log = audit.PickleLog()
     meta_path = os.path.join(folder, METADATA)
     try:

@@ -145,7 +145,8 @@ def command(files, streams, training, ignored, max_inflate, as_json):
       chaosckpt audit model.pt --ignore no-step-in-checkpoint --json
 
     A folder (a Hugging Face Trainer checkpoint-N, an Accelerate checkpoint_N,
-    a torch.distributed.checkpoint folder) is judged as one checkpoint: complete
+    a torch.distributed.checkpoint folder) is judged as one checkpoint (a
+    folder holding only folders, as each of them): complete
     when every file in it loads, the file its framework writes last is there
     and, for DCP, .metadata names only shards that are there in full; its step
     and RNG states are read across all its files. Safetensors files are judged
@@ -167,7 +168,9 @@ def command(files, streams, training, ignored, max_inflate, as_json):
     from chaosckpt.conductor import audit, checkpoint_folder  # import torch: only when auditing, so other commands start fast
 
     reports, folders = [], []
-    for name, target in zip(files, targets):
+    expanded = [(name, target) for given, target in zip(files, targets)
+                for name in (checkpoint_folder.checkpoints_in(given) if target == "folder" else [given])]
+    for name, target in expanded:
         if target == "folder":
             report = checkpoint_folder.audit_folder(name, streams=streams, max_inflate=limit, training=training)
             for part in report["files"]:
