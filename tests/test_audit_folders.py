@@ -26,6 +26,16 @@ safetensors_torch = pytest.importorskip("safetensors.torch")
 np = pytest.importorskip("numpy")
 
 
+class RunsCommand:
+    """A pickle payload that runs ``func(*args)`` when unpickled."""
+
+    def __init__(self, func, *args):
+        self.func, self.args = func, args
+
+    def __reduce__(self):
+        return self.func, self.args
+
+
 def kinds(findings):
     return [f["kind"] for f in findings]
 
@@ -269,6 +279,25 @@ def test_dcp_folder_without_metadata_or_with_a_torn_or_damaged_shard(tmp_path):
     [missing] = report["findings"]
     assert missing["kind"] == "incomplete-checkpoint" and missing["missing"] == ["__0_0.distcp"]
     assert not report["complete"]
+
+
+def test_dcp_metadata_that_points_outside_or_runs_code_is_refused(tmp_path):
+    folder = dcp_folder(tmp_path / "step_7")
+    metadata = pickle.loads((folder / ".metadata").read_bytes())  # DCP's own classes: the test trusts its own file
+    info = next(iter(metadata.storage_data.values()))
+    info.relative_path = "../outside.distcp"
+    (folder / ".metadata").write_bytes(pickle.dumps(metadata))
+    [meta] = checkpoint_folder.audit_folder(folder)["files"][:1]
+    [finding] = meta["findings"]  # DCP's own classes in .metadata are no finding of their own
+    assert meta["status"] == "unreadable"
+    assert re.fullmatch(r"damaged: \.metadata places \S+ in \.\./outside\.distcp, which is not a file of the folder",
+                        finding["error"])
+
+    marker = tmp_path / "PWNED"
+    (folder / ".metadata").write_bytes(pickle.dumps({"x": RunsCommand(os.system, f"touch {marker}")}))
+    report = checkpoint_folder.audit_folder(folder)
+    assert not marker.exists() and not report["complete"]
+    assert kinds(report["files"][0]["findings"]) == ["unsafe-pickle", "unreadable-checkpoint"]
 
 
 def test_cli_folders_text_and_json_valid_against_the_schema(tmp_path):

@@ -29,8 +29,14 @@ def finding(kind: str, message: str, **evidence: Any) -> Dict[str, Any]:
     return {"kind": kind, "message": message, **evidence}
 
 
+def _pickle_findings(log: audit.PickleLog) -> List[Dict[str, Any]]:
+    """The log's findings, less ``pickled-objects`` when the only objects are those DCP itself pickles."""
+    foreign = [n for n in log.names if not n.startswith(_DCP_NAMES)]
+    return [f for f in log.findings() if f["kind"] != "pickled-objects" or foreign]
+
+
 def _unreadable(name: str, size: int, error: str, log: Optional[audit.PickleLog] = None) -> Dict[str, Any]:
-    found = log.findings() if log is not None else []
+    found = _pickle_findings(log) if log is not None else []
     return {"path": name, "bytes": size, "file_format": None, "contents": None,
             "findings": found + [finding("unreadable-checkpoint", f"cannot be loaded: {error}", error=error)]}
 
@@ -63,9 +69,11 @@ def _records(metadata: Dict[str, Any]) -> Dict[str, List[Tuple[str, int, int, An
     for index, info in storage.items():
         index, info = index if isinstance(index, dict) else {}, info if isinstance(info, dict) else {}
         fqn, rel, offset, length = index.get("fqn"), info.get("relative_path"), info.get("offset"), info.get("length")
-        if not (isinstance(fqn, str) and isinstance(rel, str) and os.path.basename(rel) == rel
-                and type(offset) is int and type(length) is int and offset >= 0 and length >= 0):
+        if not (isinstance(fqn, str) and isinstance(rel, str) and type(offset) is int and type(length) is int
+                and offset >= 0 and length >= 0):
             raise audit.AuditError("damaged: .metadata has a storage record without a shard name, offset and length")
+        if os.path.basename(rel) != rel or rel in ("", ".", ".."):
+            raise audit.AuditError(f"damaged: .metadata places {fqn} in {rel[:80]}, which is not a file of the folder")
         shards[rel].append((fqn, offset, length, info.get("transform_descriptors")))
     return shards
 
@@ -93,10 +101,8 @@ def judge(folder: str, prefix: str, names: Dict[str, int], max_inflate: Optional
     except audit.AuditError as exc:
         return {"files": [_unreadable(prefix + METADATA, names[METADATA], str(exc), log)],
                 "state": None, "notes": [], "findings": []}
-    foreign = [n for n in log.names if not n.startswith(_DCP_NAMES)]
-    meta_findings = [f for f in log.findings() if f["kind"] != "pickled-objects" or foreign]
     files = [{"path": prefix + METADATA, "bytes": names[METADATA], "file_format": "DCP metadata", "contents": None,
-              "findings": meta_findings}]
+              "findings": _pickle_findings(log)}]
     loaded: Dict[str, Any] = {}
     findings: List[Dict[str, Any]] = []
     for shard in sorted(records):
