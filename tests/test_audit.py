@@ -308,3 +308,22 @@ def test_the_command_module_leaves_torch_unimported_until_it_runs():
     code = "import sys, chaosckpt.conductor.commands.audit; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_no_flipped_byte_that_torch_refuses_passes_the_audit(tmp_path):
+    """Regression: flips in the records torch reads before the pickle (version, byteorder...), in the central
+    directory (lengths, folder bits, disk numbers) and in the zip64 end records passed, while torch refused them."""
+    path = tmp_path / "small.pt"
+    torch.save({"w": torch.ones(3), "step": torch.tensor(2)}, path)
+    good = path.read_bytes()
+    passed_but_refused = []
+    for at in range(len(good)):
+        flipped = bytearray(good)
+        flipped[at] ^= 0xFF
+        path.write_bytes(bytes(flipped))
+        if kinds(audit.audit_file(path)) != ["unreadable-checkpoint"]:
+            try:
+                torch.load(path, weights_only=True)
+            except Exception:  # noqa: BLE001 - any refusal
+                passed_but_refused.append(at)
+    assert passed_but_refused == []

@@ -21,6 +21,7 @@ import gc
 import io
 import os
 import pickle
+import re
 import stat
 import struct
 import warnings
@@ -440,6 +441,81 @@ def _crc_ok(handle: Any, archive: zipfile.ZipFile, info: zipfile.ZipInfo, limit:
     return crc == info.CRC
 
 
+_DOS_FOLDER = 0x10
+_UNREADABLE_FLAGS = 0x1 | 0x40 | 0x2000
+"""Encrypted, strongly encrypted, masked local headers: torch's reader refuses a record flagged so."""
+_TEXT_RECORDS = {"version": re.compile(rb"\d+\n?"), ".format_version": re.compile(rb"\d+\n?"),
+                 ".storage_alignment": re.compile(rb"\d+\n?"), "byteorder": re.compile(rb"little|big")}
+"""Records torch reads as text before the pickle, and what it can parse in them."""
+
+
+def _check_records(handle: Any, archive: zipfile.ZipFile, prefix: str, limit: int) -> None:
+    """What torch's zip reader checks and Python's zipfile does not: every record's CRC (not only the pickle's,
+    which zipfile checks as it reads it), its flags, method and disk, the text records torch parses, and the
+    disk numbers and counts of the archive's end records."""
+    for info in archive.infolist():
+        why = ("it is flagged encrypted" if info.flag_bits & _UNREADABLE_FLAGS
+               else "an unknown compression method" if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED)
+               else "it claims to be on another disk" if info.volume
+               else "it is marked as a folder" if info.external_attr & _DOS_FOLDER
+               else "its stored and original sizes differ" if info.compress_type == zipfile.ZIP_STORED
+               and info.compress_size != info.file_size
+               else "its bytes do not match the archive's CRC" if not _crc_ok(handle, archive, info, limit)
+               else None)
+        if why:
+            raise AuditError(f"record {info.filename} is damaged ({why})")
+        pattern = _TEXT_RECORDS.get(info.filename[len(prefix):])
+        if pattern is not None and info.file_size <= 64:
+            with archive.open(info) as record:
+                if not pattern.fullmatch(record.read()):
+                    raise AuditError(f"record {info.filename} is damaged (torch cannot parse what it holds)")
+    if f"{prefix}version" not in archive.NameToInfo:
+        raise AuditError(f"damaged zip archive: no {prefix}version record, which torch.save always writes")
+    _check_ends(handle, len(archive.infolist()), _central_bytes(handle, archive))
+
+
+def _central_bytes(handle: Any, archive: zipfile.ZipFile) -> int:
+    """How many bytes the central directory's entries take by their own length fields (zipfile reads past a
+    length that runs off the directory's end without complaint; torch's reader refuses it)."""
+    handle.seek(archive.start_dir)
+    total = 0
+    for _ in archive.infolist():
+        entry = handle.read(46)
+        if len(entry) != 46:
+            break
+        names, extra, comment = struct.unpack("<HHH", entry[28:34])
+        total += 46 + names + extra + comment
+        handle.seek(names + extra + comment, os.SEEK_CUR)
+    return total
+
+
+def _check_ends(handle: Any, count: int, listed: int) -> None:
+    """The end-of-archive records (zip64 and plain, as torch writes them: no comment) describe one disk,
+    as many records as the central directory holds, and as many bytes as its entries take (``listed``)."""
+    handle.seek(0, os.SEEK_END)
+    size = handle.tell()
+    handle.seek(max(0, size - 42))
+    tail = handle.read(42)
+    end, locator = tail[-22:], tail[:20]
+    if len(tail) < 42 or end[:4] != b"PK\x05\x06":
+        return
+    disk, cd_disk, here, total, cd_size = struct.unpack("<HHHHI", end[4:16])
+    if disk or cd_disk or here != total or total not in (count, 0xFFFF) or cd_size not in (listed, 0xFFFFFFFF):
+        raise AuditError("damaged zip archive: its end record describes another disk, or more or fewer records "
+                         "than its central directory holds")
+    if locator[:4] != b"PK\x06\x07":
+        return
+    (offset,) = struct.unpack("<Q", locator[8:16])
+    handle.seek(min(offset, size))
+    end64 = handle.read(56)
+    if len(end64) != 56 or end64[:4] != b"PK\x06\x06":
+        raise AuditError("damaged zip archive: its zip64 end record is not where the locator says")
+    disk64, cd_disk64, here64, total64, cd_size64 = struct.unpack("<IIQQQ", end64[16:48])
+    if disk64 or cd_disk64 or here64 != total64 or total64 != count or cd_size64 != listed:
+        raise AuditError("damaged zip archive: its zip64 end record describes another disk, or more or fewer "
+                         "records than its central directory holds")
+
+
 def _load_zip(handle: Any, log: PickleLog, limit: int) -> Loaded:
     try:
         archive = zipfile.ZipFile(handle)
@@ -475,9 +551,7 @@ def _load_zip(handle: Any, log: PickleLog, limit: int) -> Loaded:
             finally:
                 stream.stream.close()
             obj = _Unpickler(data, load_storage, log, limit).load()
-            for info in archive.infolist():
-                if info.filename.startswith(f"{prefix}data/") and not _crc_ok(handle, archive, info, limit):
-                    raise AuditError(f"record {info.filename} is damaged (its bytes do not match the archive's CRC)")
+            _check_records(handle, archive, prefix, limit)
         except zipfile.BadZipFile as exc:
             raise AuditError(f"damaged zip archive: {exc}") from None
     return Loaded(obj, "torch zip archive", log)
