@@ -281,6 +281,26 @@ def test_dcp_folder_without_metadata_or_with_a_torn_or_damaged_shard(tmp_path):
     assert not report["complete"]
 
 
+def test_no_flipped_byte_in_a_dcp_folder_gets_past_the_judge_or_raises(tmp_path):
+    """Every byte of .metadata and a sample across the shard, flipped in turn: each is judged, none raises, and
+    a folder called complete is one dcp.load itself reads back."""
+    dcp = pytest.importorskip("torch.distributed.checkpoint")
+    folder = dcp_folder(tmp_path / "step_7")
+    template = {"model": model_and_optimizer()[0].state_dict(), "step": torch.tensor(0)}
+    for name, stride in ((".metadata", 97), ("__0_0.distcp", 499)):
+        good = (folder / name).read_bytes()
+        for at in range(0, len(good), stride):
+            flipped = bytearray(good)
+            flipped[at] ^= 0xFF
+            (folder / name).write_bytes(bytes(flipped))
+            report = checkpoint_folder.audit_folder(folder)
+            if report["complete"]:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    dcp.load(template, checkpoint_id=str(folder))
+        (folder / name).write_bytes(good)
+
+
 def test_dcp_metadata_that_points_outside_or_runs_code_is_refused(tmp_path):
     folder = dcp_folder(tmp_path / "step_7")
     metadata = pickle.loads((folder / ".metadata").read_bytes())  # DCP's own classes: the test trusts its own file

@@ -170,21 +170,13 @@ def status(report: Dict[str, Any]) -> str:
     return "findings" if report["findings"] else "ok"
 
 
-def audit_folder(folder: Union[str, Path], *, streams: Union[int, Sequence[str], None] = None,
-                 max_inflate: Optional[int] = None, training: Optional[bool] = None) -> Dict[str, Any]:
-    """Judge a checkpoint folder as a whole: ``{"path", "format", "bytes", "complete", "step", "files",
-    "rng_states", "progress", "findings", "notes", "status"}``. ``files`` are per-file reports as
-    :func:`audit.audit_file` makes them (paths relative to the folder), each with a ``status``; ``findings``
-    are about the checkpoint as a whole (incomplete, no step counter, missing RNG states)."""
-    root = str(folder)
-    walk = _Walk(root)
-    notes = list(walk.notes)
-    by_dir: Dict[str, Dict[str, int]] = {}
-    for name, size in walk.files.items():
-        by_dir.setdefault(os.path.dirname(name), {})[os.path.basename(name)] = size
-    kind = _kind(root, list(by_dir.get("", {})))
+def _judge_files(root: str, by_dir: Dict[str, Dict[str, int]], max_inflate: Optional[int]) -> Tuple[
+        List[Dict[str, Any]], List[Dict[str, Any]], List[str], List[Tuple[str, Dict[str, Any]]]]:
+    """Every file of the folder judged (DCP folders in it as such): file reports, findings about DCP folders,
+    notes, and what each readable file (or DCP state) holds, by file name."""
     files: List[Dict[str, Any]] = []
     findings: List[Dict[str, Any]] = []
+    notes: List[str] = []
     states: List[Tuple[str, Dict[str, Any]]] = []
     for rel, names in sorted(by_dir.items()):
         prefix = rel + os.sep if rel else ""
@@ -195,7 +187,8 @@ def audit_folder(folder: Union[str, Path], *, streams: Union[int, Sequence[str],
             notes += judged["notes"]
             if judged["state"] is not None:
                 states.append((prefix + dcp_folder.METADATA, checkpoint_content.scan(judged["state"])))
-            names = {n: s for n, s in names.items() if n != dcp_folder.METADATA and not n.endswith(dcp_folder.SHARD_SUFFIX)}
+            names = {n: s for n, s in names.items()
+                     if n != dcp_folder.METADATA and not n.endswith(dcp_folder.SHARD_SUFFIX)}
         for name, size in sorted(names.items()):
             report, told = _file(root, prefix + name, size, max_inflate)
             notes += told
@@ -203,6 +196,23 @@ def audit_folder(folder: Union[str, Path], *, streams: Union[int, Sequence[str],
                 files.append(report)
                 if report["contents"] is not None:
                     states.append((report["path"], report["contents"]))
+    return files, findings, notes, states
+
+
+def audit_folder(folder: Union[str, Path], *, streams: Union[int, Sequence[str], None] = None,
+                 max_inflate: Optional[int] = None, training: Optional[bool] = None) -> Dict[str, Any]:
+    """Judge a checkpoint folder as a whole: ``{"path", "format", "bytes", "complete", "step", "files",
+    "rng_states", "progress", "findings", "notes", "status"}``. ``files`` are per-file reports as
+    :func:`audit.audit_file` makes them (paths relative to the folder), each with a ``status``; ``findings``
+    are about the checkpoint as a whole (incomplete, no step counter, missing RNG states)."""
+    root = str(folder)
+    walk = _Walk(root)
+    by_dir: Dict[str, Dict[str, int]] = {}
+    for name, size in walk.files.items():
+        by_dir.setdefault(os.path.dirname(name), {})[os.path.basename(name)] = size
+    kind = _kind(root, list(by_dir.get("", {})))
+    files, findings, notes, states = _judge_files(root, by_dir, max_inflate)
+    notes = walk.notes + notes
     for rel, why in walk.unlisted:
         findings.append({"kind": "unreadable-checkpoint", "message": f"{rel}/ cannot be listed ({why}): its files are "
                          "not judged", "error": why, "file": rel})

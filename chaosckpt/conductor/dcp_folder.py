@@ -48,6 +48,17 @@ def _dtype(properties: Any) -> torch.dtype:
     return value if isinstance(value, torch.dtype) else torch.uint8
 
 
+def _meta_tensor(entry: Any) -> Optional[torch.Tensor]:
+    """A meta tensor of a ``TensorStorageMetadata``'s shape and dtype, or None when it has no sensible shape."""
+    size = entry.get("size") if isinstance(entry, dict) else None
+    if not isinstance(size, (tuple, list)) or not all(type(n) is int and n >= 0 for n in size):
+        return None
+    try:
+        return torch.empty(tuple(size), dtype=_dtype(entry.get("properties")), device="meta")
+    except (RuntimeError, ValueError, OverflowError):
+        return None
+
+
 def _place(state: Dict[str, Any], path: Any, fqn: str, value: Any) -> None:
     """Put ``value`` where ``planner_data`` says the item sat in the saved state dict (else under its fqn)."""
     keys = [str(k) for k in path] if isinstance(path, tuple) and path else fqn.split(".")
@@ -136,17 +147,18 @@ def _shard(path: str, name: str, size: int, placed: List[Tuple[str, int, int, An
                     record = audit.load_record(handle, offset, length, log, max_inflate or audit.inflate_limit(length))
                 except audit.AuditError as exc:
                     return _unreadable(name, size, f"item {fqn} (bytes {offset}..{offset + length} of the shard): {exc}", log)
-                entry = tensors.get(fqn)
-                if isinstance(entry, dict) and "size" in entry:
-                    dtype = _dtype(entry.get("properties"))
-                    shape = tuple(int(n) for n in entry["size"])
-                    value = audit.scalar(handle, offset, length, dtype) if not shape or shape == (1,) else None
-                    loaded[fqn] = (torch.tensor(value, dtype=dtype).reshape(shape) if value is not None
-                                   else torch.empty(shape, dtype=dtype, device="meta"))
-                else:
+                tensor = _meta_tensor(tensors.get(fqn))
+                if tensor is None:
                     loaded[fqn] = record.obj
+                elif tensor.numel() == 1:
+                    value = audit.scalar(handle, offset, length, tensor.dtype)
+                    loaded[fqn] = tensor if value is None else torch.tensor(value, dtype=tensor.dtype).reshape(tensor.shape)
+                else:
+                    loaded[fqn] = tensor
     except audit.AuditError as exc:
         return _unreadable(name, size, str(exc), log)
+    except OSError as exc:
+        return _unreadable(name, size, f"cannot read it: {exc.strerror or exc}", log)
     return {"path": name, "bytes": size, "file_format": "DCP shard", "contents": None, "findings": log.findings()}
 
 
@@ -156,11 +168,5 @@ def _state(metadata: Dict[str, Any], loaded: Dict[str, Any]) -> Dict[str, Any]:
     planner = planner if isinstance(planner, dict) else {}
     state: Dict[str, Any] = {}
     for fqn, entry in metadata["state_dict_metadata"].items():
-        if fqn in loaded:
-            value = loaded[fqn]
-        elif isinstance(entry, dict) and "size" in entry:
-            value = torch.empty(tuple(int(n) for n in entry["size"]), dtype=_dtype(entry.get("properties")), device="meta")
-        else:
-            value = None
-        _place(state, planner.get(fqn), str(fqn), value)
+        _place(state, planner.get(fqn), str(fqn), loaded[fqn] if fqn in loaded else _meta_tensor(entry))
     return state
