@@ -215,7 +215,7 @@ def test_plain_pickle_of_tensors(tmp_path):
 
 @pytest.mark.parametrize("content, message", [
     (b"", "empty file"),
-    (b"step,loss\n1,0.5\n", "neither a torch checkpoint nor a pickle"),
+    (b"step,loss\n1,0.5\n", "neither a torch checkpoint, a pickle nor a safetensors file"),
     (b"PK\x03\x04" + b"\0" * 100, "torn"),
 ])
 def test_files_that_are_not_checkpoints(tmp_path, content, message):
@@ -284,13 +284,11 @@ def test_a_file_of_weights_alone_needs_no_step_counter(tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["audit", "missing.pt"], "chaosckpt: error: missing.pt does not exist"),
-    (["audit", "sub"], "chaosckpt: error: sub is a directory"),
     (["audit", "ok.pt", "--ignore", "everything"], "chaosckpt: error: --ignore everything: unknown finding kind"),
     (["audit", "ok.pt", "--streams", "0"], "chaosckpt: error: --streams 0 is invalid"),
     (["audit"], "chaosckpt: error: Missing argument"),
 ])
 def test_cli_usage_errors_are_one_line_exit_2(tmp_path, args, message):
-    (tmp_path / "sub").mkdir()
     torch.save({"step": 1}, tmp_path / "ok.pt")
     res = run_chaosckpt(args, cwd=tmp_path)
     assert res.returncode == 2
@@ -303,10 +301,29 @@ def test_help_has_examples_and_exit_codes(tmp_path):
     res = run_chaosckpt(["audit", "--help"], cwd=tmp_path)
     assert res.returncode == 0
     assert "chaosckpt audit ckpt/last.pt" in res.stdout
-    assert "1  some file has findings" in res.stdout and "2  usage error" in res.stdout
+    assert "1  some file or folder has findings" in res.stdout and "2  usage error" in res.stdout
 
 
 def test_the_command_module_leaves_torch_unimported_until_it_runs():
     code = "import sys, chaosckpt.conductor.commands.audit; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_no_flipped_byte_that_torch_refuses_passes_the_audit(tmp_path):
+    """Regression: flips in the records torch reads before the pickle (version, byteorder...), in the central
+    directory (lengths, folder bits, disk numbers) and in the zip64 end records passed, while torch refused them."""
+    path = tmp_path / "small.pt"
+    torch.save({"w": torch.ones(3), "step": torch.tensor(2)}, path)
+    good = path.read_bytes()
+    passed_but_refused = []
+    for at in range(len(good)):
+        flipped = bytearray(good)
+        flipped[at] ^= 0xFF
+        path.write_bytes(bytes(flipped))
+        if kinds(audit.audit_file(path)) != ["unreadable-checkpoint"]:
+            try:
+                torch.load(path, weights_only=True)
+            except Exception:  # noqa: BLE001 - any refusal
+                passed_but_refused.append(at)
+    assert passed_but_refused == []

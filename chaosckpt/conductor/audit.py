@@ -10,7 +10,7 @@ data records are still read once, in chunks, to check their CRCs: a file torch c
 never pass.
 
 Formats: torch zip archives (``torch.save`` since 1.6), the legacy torch format
-(``_use_new_zipfile_serialization=False``) and plain pickles.
+(``_use_new_zipfile_serialization=False``), plain pickles, and safetensors files (their header only).
 """
 
 from __future__ import annotations
@@ -21,17 +21,20 @@ import gc
 import io
 import os
 import pickle
+import re
+import stat
 import struct
 import warnings
 import zipfile
 import zlib
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, BinaryIO, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
 
 from chaosckpt import checkpoint_content
+from chaosckpt.conductor import safetensors_header
 
 LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
 """First pickle of a legacy (non-zip) torch file."""
@@ -109,6 +112,10 @@ class PickledObject(dict):
 
     def __repr__(self) -> str:
         return f"<pickled {self.pickled_name}>"
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        """By identity, so that a placeholder can be a dict key, as DCP's ``MetadataIndex`` is in ``.metadata``."""
+        return id(self)
 
 
 class NumpyDtype:
@@ -434,6 +441,81 @@ def _crc_ok(handle: Any, archive: zipfile.ZipFile, info: zipfile.ZipInfo, limit:
     return crc == info.CRC
 
 
+_DOS_FOLDER = 0x10
+_UNREADABLE_FLAGS = 0x1 | 0x40 | 0x2000
+"""Encrypted, strongly encrypted, masked local headers: torch's reader refuses a record flagged so."""
+_TEXT_RECORDS = {"version": re.compile(rb"\d+\n?"), ".format_version": re.compile(rb"\d+\n?"),
+                 ".storage_alignment": re.compile(rb"\d+\n?"), "byteorder": re.compile(rb"little|big")}
+"""Records torch reads as text before the pickle, and what it can parse in them."""
+
+
+def _check_records(handle: Any, archive: zipfile.ZipFile, prefix: str, limit: int) -> None:
+    """What torch's zip reader checks and Python's zipfile does not: every record's CRC (not only the pickle's,
+    which zipfile checks as it reads it), its flags, method and disk, the text records torch parses, and the
+    disk numbers and counts of the archive's end records."""
+    for info in archive.infolist():
+        why = ("it is flagged encrypted" if info.flag_bits & _UNREADABLE_FLAGS
+               else "an unknown compression method" if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED)
+               else "it claims to be on another disk" if info.volume
+               else "it is marked as a folder" if info.external_attr & _DOS_FOLDER
+               else "its stored and original sizes differ" if info.compress_type == zipfile.ZIP_STORED
+               and info.compress_size != info.file_size
+               else "its bytes do not match the archive's CRC" if not _crc_ok(handle, archive, info, limit)
+               else None)
+        if why:
+            raise AuditError(f"record {info.filename} is damaged ({why})")
+        pattern = _TEXT_RECORDS.get(info.filename[len(prefix):])
+        if pattern is not None and info.file_size <= 64:
+            with archive.open(info) as record:
+                if not pattern.fullmatch(record.read()):
+                    raise AuditError(f"record {info.filename} is damaged (torch cannot parse what it holds)")
+    if f"{prefix}version" not in archive.NameToInfo:
+        raise AuditError(f"damaged zip archive: no {prefix}version record, which torch.save always writes")
+    _check_ends(handle, len(archive.infolist()), _central_bytes(handle, archive))
+
+
+def _central_bytes(handle: Any, archive: zipfile.ZipFile) -> int:
+    """How many bytes the central directory's entries take by their own length fields (zipfile reads past a
+    length that runs off the directory's end without complaint; torch's reader refuses it)."""
+    handle.seek(archive.start_dir)
+    total = 0
+    for _ in archive.infolist():
+        entry = handle.read(46)
+        if len(entry) != 46:
+            break
+        names, extra, comment = struct.unpack("<HHH", entry[28:34])
+        total += 46 + names + extra + comment
+        handle.seek(names + extra + comment, os.SEEK_CUR)
+    return total
+
+
+def _check_ends(handle: Any, count: int, listed: int) -> None:
+    """The end-of-archive records (zip64 and plain, as torch writes them: no comment) describe one disk,
+    as many records as the central directory holds, and as many bytes as its entries take (``listed``)."""
+    handle.seek(0, os.SEEK_END)
+    size = handle.tell()
+    handle.seek(max(0, size - 42))
+    tail = handle.read(42)
+    end, locator = tail[-22:], tail[:20]
+    if len(tail) < 42 or end[:4] != b"PK\x05\x06":
+        return
+    disk, cd_disk, here, total, cd_size = struct.unpack("<HHHHI", end[4:16])
+    if disk or cd_disk or here != total or total not in (count, 0xFFFF) or cd_size not in (listed, 0xFFFFFFFF):
+        raise AuditError("damaged zip archive: its end record describes another disk, or more or fewer records "
+                         "than its central directory holds")
+    if locator[:4] != b"PK\x06\x07":
+        return
+    (offset,) = struct.unpack("<Q", locator[8:16])
+    handle.seek(min(offset, size))
+    end64 = handle.read(56)
+    if len(end64) != 56 or end64[:4] != b"PK\x06\x06":
+        raise AuditError("damaged zip archive: its zip64 end record is not where the locator says")
+    disk64, cd_disk64, here64, total64, cd_size64 = struct.unpack("<IIQQQ", end64[16:48])
+    if disk64 or cd_disk64 or here64 != total64 or total64 != count or cd_size64 != listed:
+        raise AuditError("damaged zip archive: its zip64 end record describes another disk, or more or fewer "
+                         "records than its central directory holds")
+
+
 def _load_zip(handle: Any, log: PickleLog, limit: int) -> Loaded:
     try:
         archive = zipfile.ZipFile(handle)
@@ -469,9 +551,7 @@ def _load_zip(handle: Any, log: PickleLog, limit: int) -> Loaded:
             finally:
                 stream.stream.close()
             obj = _Unpickler(data, load_storage, log, limit).load()
-            for info in archive.infolist():
-                if info.filename.startswith(f"{prefix}data/") and not _crc_ok(handle, archive, info, limit):
-                    raise AuditError(f"record {info.filename} is damaged (its bytes do not match the archive's CRC)")
+            _check_records(handle, archive, prefix, limit)
         except zipfile.BadZipFile as exc:
             raise AuditError(f"damaged zip archive: {exc}") from None
     return Loaded(obj, "torch zip archive", log)
@@ -520,26 +600,11 @@ def _load_bytes(data: Any, log: PickleLog, limit: int) -> Any:
     return loaded.obj
 
 
-def load(path: Union[str, Path], max_inflate: Optional[int] = None, log: Optional[PickleLog] = None) -> Loaded:
-    """Rebuild a checkpoint file's object without running any of it; :class:`AuditError` if it cannot be read.
-
-    No record is inflated past ``max_inflate`` bytes (default: ``inflate_limit`` of the file's size). ``log``
-    collects the names the pickle asked for, also when it turns out unreadable.
-    """
-    log = log if log is not None else PickleLog()
+@contextlib.contextmanager
+def _judged() -> Iterator[None]:
+    """Whatever reading a file raises becomes one :class:`AuditError` line: unreadable means torn or damaged."""
     try:
-        size = os.path.getsize(path)
-        limit = max_inflate or inflate_limit(size)
-        with open(path, "rb") as handle:
-            head = handle.read(4)
-            handle.seek(0)
-            if size == 0:
-                raise AuditError("empty file (0 bytes)")
-            if head.startswith(b"PK"):
-                return _load_zip(handle, log, limit)
-            if not head.startswith(b"\x80"):
-                raise AuditError("neither a torch checkpoint nor a pickle (unrecognised first bytes)")
-            return _load_pickles(handle, size, log, limit)
+        yield
     except AuditError:
         raise
     except OSError as exc:
@@ -548,6 +613,105 @@ def load(path: Union[str, Path], max_inflate: Optional[int] = None, log: Optiona
             RuntimeError, struct.error, MemoryError, RecursionError, zipfile.BadZipFile) as exc:
         detail = str(exc).splitlines()[0] if str(exc) else "the data ends early"
         raise AuditError(f"not a readable pickle ({type(exc).__name__}: {detail}): torn, damaged or not a checkpoint") from None
+
+
+class _Window:
+    """``length`` bytes of an open file from ``offset``, as a file of its own: one record of a DCP shard."""
+
+    def __init__(self, handle: BinaryIO, offset: int, length: int) -> None:
+        self._handle, self._offset, self._length, self._at = handle, offset, length, 0
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._at
+
+    def seek(self, where: int, whence: int = os.SEEK_SET) -> int:
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._at, os.SEEK_END: self._length}[whence]
+        self._at = max(0, base + where)
+        return self._at
+
+    def read(self, n: Optional[int] = -1) -> bytes:
+        left = max(0, self._length - self._at)
+        n = left if n is None or n < 0 else min(n, left)
+        self._handle.seek(self._offset + self._at)
+        data = self._handle.read(n)
+        self._at += len(data)
+        return data
+
+
+def load_record(handle: BinaryIO, offset: int, length: int, log: PickleLog, limit: int) -> Loaded:
+    """A ``torch.save`` archive stored at ``offset`` in a larger file (a record of a DCP shard), judged as a file
+    of its own: structure, allowlisted pickle, CRCs; :class:`AuditError` when it cannot be read."""
+    window = _Window(handle, offset, length)
+    with _judged():
+        if window.read(2) != b"PK":
+            raise AuditError("not a torch.save archive (it does not start with a zip header)")
+        window.seek(0)
+        return _load_zip(window, log, limit)
+
+
+def scalar(handle: BinaryIO, offset: int, length: int, dtype: torch.dtype) -> Optional[int]:
+    """The value of a one-element integer tensor saved at ``offset`` (a DCP ``step``), or None: at most 8 bytes read."""
+    fmt = {torch.int64: "<q", torch.int32: "<i", torch.int16: "<h", torch.int8: "<b", torch.uint8: "<B"}.get(dtype)
+    if fmt is None:
+        return None
+    try:
+        with zipfile.ZipFile(_Window(handle, offset, length)) as archive:
+            data = [i for i in archive.infolist() if i.filename.endswith("/data/0")]
+            if len(data) != 1 or data[0].file_size != struct.calcsize(fmt):
+                return None
+            with archive.open(data[0]) as record:
+                return int(struct.unpack(fmt, record.read(struct.calcsize(fmt)))[0])
+    except (OSError, zipfile.BadZipFile, struct.error, ValueError, EOFError):
+        return None
+
+
+def is_safetensors(path: Union[str, Path], head: bytes) -> bool:
+    """By its name, or by a JSON object after the 8-byte length (a zip starts ``PK``, a pickle ``\\x80``)."""
+    return str(path).endswith(".safetensors") or (head[8:9] == b"{" and head[:1] != b"\x80" and head[:2] != b"PK")
+
+
+def open_regular(path: Union[str, Path]) -> BinaryIO:
+    """Open a file for reading without blocking on a FIFO, refusing anything that is not a regular file."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise AuditError("not a regular file (a FIFO, socket or device), so no checkpoint")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def load(path: Union[str, Path], max_inflate: Optional[int] = None, log: Optional[PickleLog] = None) -> Loaded:
+    """Rebuild a checkpoint file's object without running any of it; :class:`AuditError` if it cannot be read.
+
+    The one judge of whether a file loads, for ``audit`` and the sweep: torch files, pickles, and safetensors
+    files (from their header: tensors come back as meta tensors). No record is inflated past ``max_inflate``
+    bytes (default: ``inflate_limit`` of the file's size). ``log`` collects the names the pickle asked for,
+    also when it turns out unreadable.
+    """
+    log = log if log is not None else PickleLog()
+    with _judged(), open_regular(path) as handle:
+        size = os.fstat(handle.fileno()).st_size
+        limit = max_inflate or inflate_limit(size)
+        head = handle.read(9)
+        handle.seek(0)
+        if size == 0:
+            raise AuditError("empty file (0 bytes)")
+        if head.startswith(b"PK") and not str(path).endswith(".safetensors"):
+            return _load_zip(handle, log, limit)
+        if is_safetensors(path, head):
+            try:
+                return Loaded(safetensors_header.read(handle, size), "safetensors", log)
+            except safetensors_header.HeaderError as exc:
+                raise AuditError(str(exc)) from None
+        if not head.startswith(b"\x80"):
+            raise AuditError("neither a torch checkpoint, a pickle nor a safetensors file (unrecognised first bytes)")
+        return _load_pickles(handle, size, log, limit)
 
 
 @contextlib.contextmanager
@@ -564,21 +728,26 @@ def _no_gc() -> Iterator[None]:
 
 
 def audit_file(path: Union[str, Path], *, streams: Union[int, Sequence[str], None] = None,
-               max_inflate: Optional[int] = None, training: Optional[bool] = None) -> Dict[str, Any]:
+               max_inflate: Optional[int] = None, training: Optional[bool] = None,
+               shown: Optional[str] = None) -> Dict[str, Any]:
     """Audit one file: ``{"path", "bytes", "file_format", "contents", "findings"}`` (contents None when unreadable).
 
     What the pickle asked for outside the allowlist is reported even when the file cannot be read whole: a call
     that would fail is no safer for it. ``training``: the file is meant to resume training from (None: when it
-    carries optimizer state)."""
-    size = os.path.getsize(path)
+    carries optimizer state). ``shown``: the path as the report names it (default: ``path``)."""
+    try:
+        size = os.stat(path).st_size
+    except OSError:
+        size = 0  # load() says why it cannot read the file
+    name = shown if shown is not None else str(path)
     log = PickleLog()
     with _no_gc():
         try:
             loaded = load(path, max_inflate, log)
         except AuditError as exc:
-            return {"path": str(path), "bytes": size, "file_format": None, "contents": None,
+            return {"path": name, "bytes": size, "file_format": None, "contents": None,
                     "findings": log.findings() + [{"kind": "unreadable-checkpoint", "message": f"cannot be loaded: {exc}",
                                                    "error": str(exc)}]}
         result = checkpoint_content.analyse(loaded.obj, streams=streams, training=training)
-    return {"path": str(path), "bytes": size, "file_format": loaded.format, "contents": result["contents"],
+    return {"path": name, "bytes": size, "file_format": loaded.format, "contents": result["contents"],
             "findings": loaded.log.findings() + result["findings"]}

@@ -1,4 +1,5 @@
-"""``chaosckpt audit``: what checkpoint files hold and what a resume from them would miss, without loading them.
+"""``chaosckpt audit``: what checkpoint files and folders hold and what a resume from them would miss, without
+loading them.
 
 torch is imported only when the command runs, so the rest of the command line starts without it.
 """
@@ -6,8 +7,9 @@ torch is imported only when the command runs, so the rest of the command line st
 from __future__ import annotations
 
 import json
+import os
+import stat
 import sys
-from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import click
@@ -15,15 +17,17 @@ import click
 from chaosckpt.conductor.envelope import envelope
 from chaosckpt.conductor.errors import ExitCode, UsageError
 
-KINDS = ("unreadable-checkpoint", "unsafe-pickle", "pickled-objects", "checkpoint-view-bloat",
+KINDS = ("unreadable-checkpoint", "incomplete-checkpoint", "unsafe-pickle", "pickled-objects", "checkpoint-view-bloat",
          "no-step-in-checkpoint", "rng-states-missing")
 SHOWN_KEYS = 12
 
 EPILOG = """\b
 Exit codes:
-  0  every file is clean
-  1  some file has findings (unreadable, unsafe, bloated, missing state)
-  2  usage error (missing file, bad option); one line on stderr
+  0  every file and folder is clean
+  1  some file or folder has findings (unreadable, incomplete, unsafe, bloated,
+     missing state)
+  2  usage error (missing path, FIFO or socket given, bad option); one line on
+     stderr
   3  internal error in chaosckpt (a crash report file is written)
 """
 
@@ -64,6 +68,45 @@ def _render(report: Dict[str, Any]) -> List[str]:
     return lines
 
 
+def _render_folder(report: Dict[str, Any]) -> List[str]:
+    from chaosckpt.checkpoint_content import human_bytes
+
+    files, findings = report["files"], report["findings"]
+    flagged = findings + [{**f, "kind": f"{r['path']}: {f['kind']}"} for r in files for f in r["findings"]]
+    state = ("complete" if report["complete"] else "incomplete") + (
+        f", step {report['step']}" if report["step"] is not None else "")
+    summary = f"{report['format']}, {state}, {_plural(len(files), 'file')}, {human_bytes(report['bytes'])}"
+    name = report["path"].rstrip("/") + "/"
+    head = f"FINDINGS {name}: {summary}; {_plural(len(flagged), 'finding')}" if flagged else f"OK {name}: {summary}"
+    shown = [f"{r['path']} {human_bytes(r['bytes'])}" + ("" if r["status"] == "ok" else f" ({r['status']})")
+             for r in files]
+    by_file: Dict[str, List[str]] = {}
+    for r in report["rng_states"]:
+        by_file.setdefault(r["file"], []).append(f"{r['path']} ({r['kind']})")
+    rng = [f"{f}: {', '.join(found)}" for f, found in by_file.items()]
+    progress = [f"{p['file']}: {p['path']}={p['value'] if p['value'] is not None else '?'}" for p in report["progress"]]
+    lines = [head] + [f"  - {f['kind']}: {f['message']}" for f in flagged]
+    lines += [f"  files: {', '.join(shown) or 'none'}", f"  RNG states: {'; '.join(rng) or 'none'}",
+              f"  step/epoch: {', '.join(progress) or 'none'}"]
+    return lines + [f"  note: {note}" for note in report["notes"]]
+
+
+def _target(name: str) -> str:
+    """``file`` or ``folder``; a path that is neither is a usage error."""
+    try:
+        mode = os.stat(name).st_mode
+    except FileNotFoundError:
+        raise UsageError(f"{name} is a symbolic link to nothing" if os.path.islink(name) else f"{name} does not exist")
+    except OSError as exc:
+        raise UsageError(f"{name} cannot be read ({exc.strerror}); give checkpoint files or folders") from None
+    if stat.S_ISDIR(mode):
+        return "folder"
+    if not stat.S_ISREG(mode):
+        raise UsageError(f"{name} is not a regular file (a FIFO, socket or device), so it is no checkpoint; "
+                         "give checkpoint files or folders")
+    return "file"
+
+
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
@@ -80,7 +123,7 @@ def _size(option: str, value: Optional[str]) -> Optional[int]:
 
 
 @click.command("audit", epilog=EPILOG)
-@click.argument("files", nargs=-1, required=True, metavar="FILE...")
+@click.argument("files", nargs=-1, required=True, metavar="PATH...")
 @click.option("--streams", type=int, default=None, metavar="N",
               help="How many random streams the training loop draws from; fewer RNG states in a file is a finding.")
 @click.option("--training", is_flag=True, default=None,
@@ -92,15 +135,22 @@ def _size(option: str, value: Optional[str]) -> Optional[int]:
               help="Refuse to inflate any record past SIZE (e.g. 4G; default: 4x the file's size, 16M to 1G).")
 @click.option("--json", "as_json", is_flag=True, help="Print only one JSON document on stdout.")
 def command(files, streams, training, ignored, max_inflate, as_json):
-    """Inspect checkpoint files without running anything from them.
+    """Inspect checkpoint files and folders without running anything from them.
 
     \b
     Examples:
       chaosckpt audit ckpt/last.pt
       chaosckpt audit ckpt/*.pt --streams 4
+      chaosckpt audit out/checkpoint-500 ckpt/step_40
       chaosckpt audit model.pt --ignore no-step-in-checkpoint --json
 
-    Reports files that cannot be loaded (torn by an interrupted save, damaged),
+    A folder (a Hugging Face Trainer checkpoint-N, an Accelerate checkpoint_N,
+    a torch.distributed.checkpoint folder) is judged as one checkpoint (a
+    folder holding only folders, as each of them): complete
+    when every file in it loads, the file its framework writes last is there
+    and, for DCP, .metadata names only shards that are there in full; its step
+    and RNG states are read across all its files. Safetensors files are judged
+    from their header. Reports files that cannot be loaded (torn by an interrupted save, damaged),
     pickles that would run code when loaded (os.system, subprocess...), tensors
     saved as views of much larger storages, the bytes under each top-level key,
     the RNG states present and the step/epoch counters (missing ones only in
@@ -113,28 +163,33 @@ def command(files, streams, training, ignored, max_inflate, as_json):
             raise UsageError(f"--ignore {kind}: unknown finding kind; known kinds: {', '.join(KINDS)}")
     if streams is not None and streams < 1:
         raise UsageError(f"--streams {streams} is invalid: give how many random streams the loop draws from (>= 1)")
-    for name in files:
-        path = Path(name)
-        if path.is_dir():
-            raise UsageError(f"{name} is a directory; give checkpoint files, e.g. {name.rstrip('/')}/*.pt")
-        if not path.exists():
-            raise UsageError(f"{name} does not exist")
-        if not path.is_file():
-            raise UsageError(f"{name} is not a regular file (a FIFO, socket or device), so it is no checkpoint; "
-                             "give checkpoint files")
+    targets = [_target(name) for name in files]
     limit = _size("--max-inflate", max_inflate)
-    from chaosckpt.conductor import audit  # imports torch: only when auditing, so other commands start fast
+    from chaosckpt.conductor import audit, checkpoint_folder  # import torch: only when auditing, so other commands start fast
 
-    reports = []
-    for name in files:
-        report = audit.audit_file(name, streams=streams, max_inflate=limit, training=training)
-        report["findings"] = [f for f in report["findings"] if f["kind"] not in ignored]
-        report["status"] = "findings" if report["findings"] else "ok"
-        reports.append(report)
+    reports, folders = [], []
+    expanded = [(name, target) for given, target in zip(files, targets)
+                for name in (checkpoint_folder.checkpoints_in(given) if target == "folder" else [given])]
+    for name, target in expanded:
+        if target == "folder":
+            report = checkpoint_folder.audit_folder(name, streams=streams, max_inflate=limit, training=training)
+            for part in report["files"]:
+                part["findings"] = [f for f in part["findings"] if f["kind"] not in ignored]
+                part["status"] = checkpoint_folder.status(part)
+            report["findings"] = [f for f in report["findings"] if f["kind"] not in ignored]
+            report["status"] = "findings" if report["findings"] or any(p["findings"] for p in report["files"]) else "ok"
+            folders.append(report)
+            lines = _render_folder(report)
+        else:
+            report = audit.audit_file(name, streams=streams, max_inflate=limit, training=training)
+            report["findings"] = [f for f in report["findings"] if f["kind"] not in ignored]
+            report["status"] = "findings" if report["findings"] else "ok"
+            reports.append(report)
+            lines = _render(report)
         if not as_json:
-            for line in _render(report):
+            for line in lines:
                 click.echo(line)
     if as_json:
-        click.echo(json.dumps(envelope(files=reports)))
-    failed = any(r["findings"] for r in reports)
+        click.echo(json.dumps(envelope(files=reports, checkpoints=folders)))
+    failed = any(r["status"] != "ok" for r in reports + folders)
     sys.exit(int(ExitCode.FAILED if failed else ExitCode.PASSED))
