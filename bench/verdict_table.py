@@ -54,6 +54,7 @@ JOBS = {
     "lightning_job": Job("tests/jobs/lightning_job.py", "tests/jobs/lightning_job.py", ("--epochs", "3")),
     "ddp_job": Job("tests/jobs/ddp_job.py (2 ranks)", "tests/jobs/ddp_job.py", (), nproc=2),
     "place_job": Job("tests/jobs/place_job.py", "tests/jobs/place_job.py", ()),
+    "writers_job": Job("tests/jobs/writers_job.py", "tests/jobs/writers_job.py", ()),
 }
 
 FRAMEWORK_JOBS = {
@@ -121,6 +122,14 @@ ROWS: List[Tuple[str, str, str, str, str]] = [
     ("place_job", "power-loss", "PASSED", "last-good", "data fsynced before the rename (ordered model)"),
     ("place_job", "eval-left-on", "PASSED", "last-good", "a linear model: eval mode computes the same"),
     ("place_job", "rank-epoch-skew", "PASSED", "last-good", SINGLE),
+    ("writers_job", "kill9-mid-save", "FAILED", "crashed, torn-checkpoint",
+     "the kill lands in state.json, written in place by open(): the resume cannot parse it"),
+    ("writers_job", "enospc", "FAILED", "crashed, torn-checkpoint",
+     "the full disk strikes state.json, written in place: the resume cannot parse it"),
+    ("writers_job", "power-loss", "FAILED", "crashed, acknowledged-checkpoint-lost",
+     "no fsync: every file of the checkpoint comes back empty"),
+    ("writers_job", "eval-left-on", "PASSED", "last-good", "a linear model: eval mode computes the same"),
+    ("writers_job", "rank-epoch-skew", "FAILED", "crashed, torn-checkpoint", SINGLE),
 ]
 
 FRAMEWORK_ROWS: List[Tuple[str, str, str, str, str]] = [

@@ -28,6 +28,10 @@ def test_kill_at_half_the_checkpoint_lands_in_its_json_state_file(tmp_path):
     assert t["fault"]["path"] == "ckpt/state.json" and t["fault"]["save"] == 2
     assert t["fault"]["files"]["ckpt/state.json"] > 0  # cut part-way
     assert rc == 1 and t["outcome"] == "crashed" and "JSONDecodeError" in t["error"]
+    torn = {f["kind"]: f for f in t["findings"]}
+    assert torn["torn-checkpoint"]["path"] == "ckpt/state.json"  # json.load names no file: the struck one is named
+    assert torn["torn-checkpoint"]["bytes"] < torn["torn-checkpoint"]["full_bytes"] < 20000  # that file's size
+    assert torn["in-place-save"]["overwritten_step"] == 2
 
 
 def test_enospc_in_the_copy_of_a_safetensors_checkpoint_is_survived(tmp_path):

@@ -103,6 +103,18 @@ def full_bytes(reference: RunLog, save: int) -> int:
     return saves[save - 1].bytes if len(saves) >= save else 0
 
 
+def file_bytes(reference: RunLog, save: int) -> Dict[str, int]:
+    """Bytes each file of save number ``save`` got in the reference run, by its path relative to the job's
+    working directory."""
+    saver = reference.saver()
+    saves = saver.completed_saves() if saver is not None else []
+    if len(saves) < save:
+        return {}
+    cwd = (saver.hello or {}).get("cwd") or ""
+    return {os.path.relpath(f["path"], cwd) if cwd else f["path"]: f["bytes"]
+            for f in saves[save - 1].files if f.get("path") and f.get("bytes") is not None}
+
+
 def resume_fault(scenario: Scenario) -> Optional[Dict]:
     """The fault armed in the resume run, for scenarios whose fault lies in how the job resumes."""
     if scenario.fault == "eval-left-on":

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 from chaosckpt.conductor import arming, confinement, crash, ranks
 from chaosckpt.conductor.nodes import power
@@ -26,6 +26,8 @@ class Armed:
     """The checkpoint directories as the journal starts them, when the scenario needs the journal."""
     full_bytes: int
     """Bytes the faulted save wrote in the reference run."""
+    file_bytes: Dict[str, int] = field(default_factory=dict)
+    """Bytes each of its files got there, by path relative to the working directory."""
     cut: Optional[NodeFault] = None
     """A power loss of one node of a multi-node job, which that node applies to its own folders."""
     end: Optional["crash.Disk"] = None
@@ -55,4 +57,4 @@ def arm(ctx: Context, reference: RunLog) -> Armed:
         raise Stop("fault-not-triggered", str(exc)) from None
     full = arming.full_bytes(reference, scen.trigger.save)
     disk = crash.Disk.scan(roots) if journal else None
-    return Armed(fault, work, roots, disk, full, cut)
+    return Armed(fault, work, roots, disk, full, file_bytes=arming.file_bytes(reference, scen.trigger.save), cut=cut)

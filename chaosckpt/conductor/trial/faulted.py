@@ -94,22 +94,24 @@ def save_damage(ctx: Context, run: Faulted, armed: Armed) -> List[Finding]:
     proc, trial, work = run.proc, ctx.trial, armed.work
     broken = [s for s in proc.saves if s.index == proc.fault["save"]]
     mid_save = "write" in proc.fault
-    if not mid_save or not broken or broken[0].path is None or trial.outcome == "last-good":
+    struck = proc.fault.get("path") or (broken[0].path if broken else None)
+    if not mid_save or not broken or struck is None or trial.outcome == "last-good":
         return []
-    path = rel(broken[0].path, work)
-    if trial.error_path != path:
-        return []  # the resume did not trip over the file the interrupted save was writing
+    path = rel(struck, work)
+    if trial.error_path != path and (trial.error_path is not None or trial.outcome != "crashed"):
+        return []  # the resume tripped over another file (a crash outside torch.load names none: this one)
     findings = []
     left = trial.fault["files"].get(path)
-    if left is not None and left < armed.full_bytes and os.path.isfile(ctx.host_path(broken[0].path, work)):
+    full = armed.file_bytes.get(path, armed.full_bytes)
+    if left is not None and left < full and os.path.isfile(ctx.host_path(struck, work)):
         findings.append(
             Finding(
                 "torn-checkpoint",
-                f"the interrupted save {broken[0].index} left {path} with {left} of its {armed.full_bytes} bytes",
-                {"path": path, "bytes": left, "full_bytes": armed.full_bytes},
+                f"the interrupted save {broken[0].index} left {path} with {left} of its {full} bytes",
+                {"path": path, "bytes": left, "full_bytes": full},
             )
         )
-    earlier = [s for s in run.completed if s.path == broken[0].path]
+    earlier = [s for s in run.completed if struck in s.paths()]
     if earlier:
         findings.append(
             Finding(
