@@ -52,3 +52,30 @@ def test_the_worker_answers_for_every_path(tmp_path):
         checker.close()
     assert answer[str(good)]["ok"] is True and answer[str(empty)] == {
         "ok": False, "error": "empty file (0 bytes)", "note": "", "progress": {}}
+
+
+def test_the_sweep_load_checks_every_kind_of_checkpoint_file_a_framework_writes(tmp_path):
+    """Regression: only .pt/.pth/.ckpt/.bin were checked, so a sweep over model_best.pth.tar, safetensors and
+    pickled RNG states found "no loadable file" in every state."""
+    from safetensors.torch import save_file
+
+    from chaosckpt.conductor import crash, sweep
+
+    src = tmp_path / "run" / "ckpt"
+    src.mkdir(parents=True)
+    rng_checkpoint(src / "model_best.pth.tar")
+    save_file({"w": torch.ones(3)}, str(src / "model.safetensors"))
+    torch.save({"python": random.getstate()}, src / "random_states_0.pkl")
+    (src / "notes.txt").write_text("not a checkpoint")
+    full = (src / "model_best.pth.tar").stat().st_size
+    entries = [crash.Entry(str(src / "model_best.pth.tar"), str(src / "model_best.pth.tar"), full // 2)]
+    entries += [crash.Entry(str(src / n), str(src / n), (src / n).stat().st_size)
+                for n in ("model.safetensors", "random_states_0.pkl", "notes.txt")]
+    files = [{"path": e.path, "bytes": e.length} for e in entries]
+    found = sweep.Sweep([sweep.CrashPoint(1, "write", 0, files)], [entries])
+    checker = loadcheck.LoadChecker()
+    try:
+        sweep.check_states(found, [str(src)], tmp_path / "scratch", checker)
+    finally:
+        checker.close()
+    assert [f.get("loads") for f in files] == [False, True, True, None]

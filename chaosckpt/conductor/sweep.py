@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
 from chaosckpt.conductor import crash
+from chaosckpt.conductor.checkpoint_folder import CHECKPOINT_SUFFIXES
 from chaosckpt.conductor.loadcheck import LoadChecker
 
 
@@ -93,7 +94,7 @@ def check_states(sweep: Sweep, roots: List[str], scratch: Path, checker: LoadChe
             return str(base / path.lstrip(os.sep))
 
         crash.materialize(entries, roots, target)
-        checked = checker.check([target(e.path) for e in entries if e.path.endswith((".pt", ".pth", ".ckpt", ".bin", ".pth.tar"))])
+        checked = checker.check([target(e.path) for e in entries if e.path.endswith(CHECKPOINT_SUFFIXES)])
         results.append({e.path: checked.get(target(e.path)) for e in entries})
     for point in sweep.points:
         result = results[point.state]
