@@ -48,6 +48,7 @@ def install(rec: Recorder) -> None:
             s = os.path.abspath(os.fsdecode(src))
             d = os.path.abspath(target(s, os.fsdecode(dst)))
             source, before = _inode(s), _inode(d)
+            rec.checkpoint.folders.add(os.path.dirname(d))  # a copy's writes count there from its first byte
             if rec.journal is not None:
                 rec.journal.track(os.path.dirname(d))
             local.inside = True
@@ -72,7 +73,6 @@ def _record(rec: Recorder, how: str, src: str, dst: str, source: Optional[Tuple[
     if ckpt is None:
         return
     after = _inode(dst)
-    ckpt.folders.add(os.path.dirname(dst))
     rec.emit("save-move", save=ckpt.index, how=how, src=src, dst=dst, ok=ok,
              copied=how != "rename" and after is not None and after != source,
              over=before is not None and before == after)

@@ -21,7 +21,9 @@ from chaosckpt.conductor.result import Finding
 from chaosckpt.conductor.runlog import ProcessLog, RunLog
 
 _LIBRARY_ROOTS = tuple(os.path.realpath(p) + os.sep for p in {
-    sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
+    sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"],
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__)))})
+"""Python's, the installed packages' and chaosckpt's own (the agent's wrappers sit in the job's frames)."""
 
 
 def _is_job_file(path: str) -> bool:
