@@ -77,7 +77,7 @@ def test_per_rank_checkpoints_agreeing_on_the_newest_common_epoch_pass(ddp_proje
 
 def test_ranks_loading_their_own_newest_file_overlap_miss_rows_and_hang(ddp_project, tmp_path):
     res = trial_of(ddp_project, "rank-epoch-skew", "train.py", "--nproc", "2", "--", "--ckpt", "per-rank",
-                   "--resume", "own", out=tmp_path / "r", timeout="30")
+                   "--resume", "own", out=tmp_path / "r", timeout="20")
 
     trial = res.trial
     assert res.returncode == 1 and trial["status"] == "failed"
