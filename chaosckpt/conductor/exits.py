@@ -14,7 +14,7 @@ import re
 import signal
 import sysconfig
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, Optional
 
 from chaosckpt.conductor import logcap
 from chaosckpt.conductor.result import Finding

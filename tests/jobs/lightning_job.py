@@ -8,7 +8,6 @@ Each epoch saves twice: ``epoch=E-step=S.ckpt``, then ``last.ckpt``; a kill in t
 """
 
 import argparse
-import os
 import tempfile
 
 import torch
