@@ -27,8 +27,10 @@ def timing(reference: ProcessLog, resume: ProcessLog, start: int) -> Dict[str, L
     """For each stream the resume restored exactly as the reference had it when its save at step ``start``
     began, the timing findings its evidence supports (none: the caller says it was not restored).
 
-    Only a resume that restored some RNG state is judged; its state is taken right after its last RNG restore
-    (the process-wide streams), else at its first step (a private generator)."""
+    Only a stream the resume restored is judged: its state right after the resume's last RNG restore is the one
+    captured. A stream equal to it only at the resume's first step proves nothing: a private generator that is
+    never saved, seeded anew and drawn once for the resumed epoch's iterator, is in the state the uninterrupted
+    run's had at the save."""
     rng_restores = [r for r in resume.restores if "rng" in r]
     saves = [s for s in reference.saves if s.step == start and s.rng]
     if not rng_restores or not saves or not resume.steps or start >= len(reference.steps):
@@ -40,7 +42,7 @@ def timing(reference: ProcessLog, resume: ProcessLog, start: int) -> Dict[str, L
     began_before_resume = _passes(resume, 0, 0.0)
     out: Dict[str, List[str]] = {}
     for name, captured in save.rng.items():
-        if captured not in (after_restore.get(name), ours.get("rng", {}).get(name)):
+        if captured != after_restore.get(name):
             continue
         if _untouched(ours, name, captured):
             out[name] = [CAPTURED_EARLY]
