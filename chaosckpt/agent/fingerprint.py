@@ -77,15 +77,26 @@ def python_random(state: tuple) -> str:
 
 def rng_fingerprints() -> Dict[str, str]:
     """Fingerprints of the process-wide random streams: torch CPU, Python, numpy, each CUDA device."""
-    fps = {
-        "torch": f"{crc_of_tensor(torch.default_generator.get_state()):08x}",
-        "python": python_random(random.getstate()),
-    }
+    fps = {"torch": _torch_cpu(), "python": python_random(random.getstate())}
     np = sys.modules.get("numpy")
     if np is not None:
         state = np.random.get_state()
         fps["numpy"] = f"{zlib.crc32(state[1].tobytes()) ^ state[2]:08x}"
-    if torch.cuda.is_initialized():
-        for index in range(torch.cuda.device_count()):
-            fps[f"cuda:{index}"] = f"{crc_of_tensor(torch.cuda.get_rng_state(index)):08x}"
+    fps.update(_cuda())
     return fps
+
+
+def torch_rng_fingerprints() -> Dict[str, str]:
+    """Fingerprints of torch's own streams only (CPU, each CUDA device): what a batch's fetch is noted by, at every
+    step, without hashing Python's and numpy's states for nothing."""
+    return {"torch": _torch_cpu(), **_cuda()}
+
+
+def _torch_cpu() -> str:
+    return f"{crc_of_tensor(torch.default_generator.get_state()):08x}"
+
+
+def _cuda() -> Dict[str, str]:
+    if not torch.cuda.is_initialized():
+        return {}
+    return {f"cuda:{i}": f"{crc_of_tensor(torch.cuda.get_rng_state(i)):08x}" for i in range(torch.cuda.device_count())}

@@ -175,8 +175,7 @@ class Recorder:
             self.guarded(self._note_fetch_rng)
 
     def _note_fetch_rng(self) -> None:
-        self._fetch_rng = {k: v for k, v in fingerprint.rng_fingerprints().items()
-                           if k == "torch" or k.startswith("cuda:")}
+        self._fetch_rng = fingerprint.torch_rng_fingerprints()
 
     def _record_step(self, optimizer: torch.optim.Optimizer) -> None:
         params = self.params()
