@@ -204,14 +204,21 @@ def _resolve(path: Any, dir_fd: Optional[int]) -> Optional[str]:
     return path
 
 
-def _default_buffer(raw: io.FileIO) -> int:
-    """The buffer ``open()`` gives this file by default: its block size, as CPython picks it, so that the job's
-    writes reach the disk in the same pieces and order as without the agent."""
-    try:
-        size = _os_fstat(raw.fileno()).st_blksize
-    except OSError:
-        return io.DEFAULT_BUFFER_SIZE
-    return size if size > 1 else io.DEFAULT_BUFFER_SIZE
+def layered(raw: Any, mode: str, buffering: int, encoding: Optional[str], errors: Optional[str],
+            newline: Optional[str], blksize: int) -> Any:
+    """What ``open()`` builds over the raw file ``raw`` for these arguments, by CPython's rules (the buffer of
+    ``blksize`` bytes by default, line buffering for 1 or a terminal), so that the job's writes reach the disk in
+    the same pieces and order as without the agent."""
+    if buffering == 0:
+        return raw
+    line_buffering = buffering == 1 or buffering < 0 and raw.isatty()
+    size = blksize if buffering < 0 or line_buffering else buffering
+    buffered = (io.BufferedRandom if "+" in mode else io.BufferedWriter)(raw, size)
+    if "b" in mode:
+        return buffered
+    text = io.TextIOWrapper(buffered, io.text_encoding(encoding), errors, newline, line_buffering)
+    text.mode = mode
+    return text
 
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
@@ -251,17 +258,9 @@ def install(journal: Journal) -> None:
         raw = TrackedFileIO(file, raw_mode, closefd=closefd, opener=opener)
         if not isinstance(file, int) and journal.fd_path(raw.fileno()) is None:  # an opener calling os.open journaled it
             journal.opened(path, raw.fileno(), _flags_of(mode), existed, keep)
-        if buffering == 0:
-            if "b" not in mode:
-                raise ValueError("can't have unbuffered text I/O")
-            return raw
-        size = buffering if buffering > 1 else _default_buffer(raw)
-        buffered = io.BufferedRandom(raw, size) if "+" in mode else io.BufferedWriter(raw, size)
-        if "b" in mode:
-            return buffered
-        text = io.TextIOWrapper(buffered, io.text_encoding(encoding), errors, newline, line_buffering=buffering == 1)
-        text.mode = mode
-        return text
+        if buffering == 0 and "b" not in mode:
+            raise ValueError("can't have unbuffered text I/O")
+        return layered(raw, mode, buffering, encoding, errors, newline, raw._blksize)
 
     builtins.open = tracked_open
     io.open = tracked_open

@@ -18,6 +18,7 @@ import os
 import threading
 from typing import Any, Callable, Dict, Optional
 
+from chaosckpt.agent import fileops
 from chaosckpt.agent.faults import disk_full_error
 from chaosckpt.agent.recorder import Checkpoint, Recorder
 from chaosckpt.locations import location
@@ -226,16 +227,7 @@ def install(rec: Recorder) -> None:
             return inner_open(file, mode, buffering, encoding, errors, newline, closefd, opener)
         inner = inner_open(file, mode.replace("t", "") + ("" if binary else "b"), 0, None, None, None, closefd, opener)
         raw = CountedRaw(inner, track(ckpt, file, inner.fileno()), closed)
-        if buffering == 0:
-            return raw
-        line_buffering = buffering == 1 or buffering < 0 and inner.isatty()  # the buffer open() would give
-        size = inner._blksize if buffering < 0 or line_buffering else buffering
-        buffered = (io.BufferedRandom if "+" in mode else io.BufferedWriter)(raw, size)
-        if binary:
-            return buffered
-        text = io.TextIOWrapper(buffered, encoding, errors, newline, line_buffering)
-        text.mode = mode
-        return text
+        return fileops.layered(raw, mode, buffering, encoding, errors, newline, inner._blksize)
 
     builtins.open = counted_open
     io.open = counted_open
