@@ -24,10 +24,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from chaosckpt.conductor import launcher  # noqa: E402
-from chaosckpt.conductor.launcher import RunSpec  # noqa: E402
+from chaosckpt.conductor.runs import launcher  # noqa: E402
 from chaosckpt.conductor.nodes import cluster, conduct  # noqa: E402
-from chaosckpt.conductor.runlog import RunLog  # noqa: E402
+from chaosckpt.conductor.runs.launcher import RunSpec  # noqa: E402
+from chaosckpt.conductor.runs.runlog import RunLog  # noqa: E402
 
 WORKLOAD = Path(__file__).resolve().parent / "workload.py"
 

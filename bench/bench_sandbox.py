@@ -22,7 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from chaosckpt.conductor import confinement, sandbox  # noqa: E402
+from chaosckpt.conductor.runs import sandbox  # noqa: E402
+from chaosckpt.conductor.runs import confinement
 
 CHUNK = 1 << 20
 

@@ -18,9 +18,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from chaosckpt.conductor import crash, launcher, sweep  # noqa: E402
-from chaosckpt.conductor.loadcheck import LoadChecker  # noqa: E402
-from chaosckpt.conductor.runlog import RunLog  # noqa: E402
+from chaosckpt.conductor.disk import sweep  # noqa: E402
+from chaosckpt.conductor.disk import crash
+from chaosckpt.conductor.disk.loadcheck import LoadChecker  # noqa: E402
+from chaosckpt.conductor.runs import launcher
+from chaosckpt.conductor.runs.runlog import RunLog  # noqa: E402
 
 JOB = textwrap.dedent(
     """

@@ -29,7 +29,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from chaosckpt import protocol  # noqa: E402
-from chaosckpt.conductor.launcher import BOOT_DIR  # noqa: E402
+from chaosckpt.conductor.runs.launcher import BOOT_DIR  # noqa: E402
 
 
 def job(args, agent: bool, run_dir: str) -> dict:

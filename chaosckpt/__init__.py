@@ -9,7 +9,7 @@ __version__ = "0.1.0"
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing; type checkers take it as true
 if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports these on first use
     from chaosckpt.conductor.api import run as run
-    from chaosckpt.conductor.result import Trial as Trial
+    from chaosckpt.conductor.results.result import Trial as Trial
 
 __all__ = ["run", "Trial", "__version__"]
 
@@ -21,7 +21,7 @@ def __getattr__(name: str) -> object:
 
         return run
     if name == "Trial":
-        from chaosckpt.conductor.result import Trial
+        from chaosckpt.conductor.results.result import Trial
 
         return Trial
     raise AttributeError(f"module 'chaosckpt' has no attribute {name!r}")

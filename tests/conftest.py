@@ -107,7 +107,7 @@ def assert_envelope(command: str, doc: dict) -> dict:
     import jsonschema
 
     from chaosckpt import __version__
-    from chaosckpt.conductor.envelope import schema
+    from chaosckpt.conductor.results.envelope import schema
 
     jsonschema.validate(doc, schema(command), format_checker=jsonschema.FormatChecker())
     assert (doc["format"], doc["chaosckpt"]) == (1, __version__)

@@ -14,9 +14,9 @@ import zipfile
 
 import pytest
 import torch
-
-from chaosckpt.conductor import audit
 from conftest import run_chaosckpt
+
+from chaosckpt.conductor.disk import audit
 
 
 def kinds(report):

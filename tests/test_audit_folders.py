@@ -18,9 +18,9 @@ import zipfile
 
 import pytest
 import torch
-
-from chaosckpt.conductor import audit, checkpoint_folder, loadcheck
 from conftest import assert_envelope, run_chaosckpt
+
+from chaosckpt.conductor.disk import audit, checkpoint_folder, loadcheck
 
 safetensors_torch = pytest.importorskip("safetensors.torch")
 np = pytest.importorskip("numpy")

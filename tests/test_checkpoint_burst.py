@@ -10,8 +10,8 @@ import torch
 from chaosckpt.agent.faults import ArmedFault
 from chaosckpt.agent.interpose import CountingWriter
 from chaosckpt.agent.recorder import Recorder
-from chaosckpt.conductor import arming
-from chaosckpt.conductor.runlog import _process
+from chaosckpt.conductor.faults import arming
+from chaosckpt.conductor.runs.runlog import _process
 
 
 class Events:
@@ -146,7 +146,7 @@ def test_checkpoint_locations_collapse_numbered_folders():
 
 def test_file_param_places_the_fault_in_that_file_of_the_reference_checkpoint(tmp_path):
     from chaosckpt.conductor import scenario as scenario_mod
-    from chaosckpt.conductor.runlog import RunLog
+    from chaosckpt.conductor.runs.runlog import RunLog
 
     events, rec, model, opt = _job()
     for n in (1, 2):
@@ -181,7 +181,7 @@ def test_a_step_counter_in_json_beside_the_checkpoint_files_counts(tmp_path):
 
 
 def _saved(index, step, files, path=None, via="path"):
-    from chaosckpt.conductor.runlog import Save
+    from chaosckpt.conductor.runs.runlog import Save
 
     paths = [str(f) for f in files]
     return Save(index=index, step=step, path=path or paths[0], digest="d", ts=float(index), ok=True,
@@ -189,7 +189,7 @@ def _saved(index, step, files, path=None, via="path"):
 
 
 def test_a_complete_checkpoint_whose_folder_the_job_deleted_is_no_longer_good(tmp_path):
-    from chaosckpt.conductor import checkpoints
+    from chaosckpt.conductor.disk import checkpoints
 
     old = _saved(1, 4, [tmp_path / "checkpoint_0" / "model.bin", tmp_path / "checkpoint_0" / "optimizer.bin"])
     new = _saved(2, 8, [tmp_path / "checkpoint_1" / "model.bin"])
@@ -203,7 +203,7 @@ def test_a_complete_checkpoint_whose_folder_the_job_deleted_is_no_longer_good(tm
 
 
 def test_a_dcp_folder_is_its_own_checkpoint_folder(tmp_path):
-    from chaosckpt.conductor import checkpoints
+    from chaosckpt.conductor.disk import checkpoints
 
     save = _saved(2, 8, [], path=str(tmp_path / "ckpt" / "step_8"), via="dcp")
     save.files = [{"path": save.path, "via": "dcp", "ok": True, "bytes": 9, "writes": 3}]
@@ -211,7 +211,7 @@ def test_a_dcp_folder_is_its_own_checkpoint_folder(tmp_path):
 
 
 def test_a_whole_training_state_finished_inside_an_interrupted_checkpoint_is_good(tmp_path):
-    from chaosckpt.conductor import checkpoints
+    from chaosckpt.conductor.disk import checkpoints
 
     save = _saved(1, 4, [tmp_path / "epoch=0-step=4.ckpt"])
     assert checkpoints.good_part(save) == []

@@ -6,7 +6,8 @@ import os
 
 import pytest
 
-from chaosckpt.conductor import atomic, leftovers, preflight, sandbox
+from chaosckpt.conductor.results import atomic
+from chaosckpt.conductor.runs import leftovers, preflight, sandbox
 
 
 def test_atomic_write_replaces_and_leaves_no_temp(tmp_path):

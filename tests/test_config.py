@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import read_junit, run_chaosckpt
 
 from chaosckpt.conductor import config
 from chaosckpt.conductor.errors import UsageError
-from conftest import read_junit, run_chaosckpt
 
 
 def write(path: Path, text: str) -> Path:
@@ -98,7 +98,7 @@ def test_the_cli_prints_a_config_error_in_one_line_with_exit_2(project):
 def test_ranks_are_launched_through_torch_distributed_run(project):
     import sys
 
-    from chaosckpt.conductor import invocation
+    from chaosckpt.conductor.runs import invocation
 
     command = invocation.with_ranks([sys.executable, "train.py", "--lr", "1"], 2)
     assert command == [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone",
@@ -117,7 +117,7 @@ def test_an_unknown_scenario_is_refused_before_anything_runs(project):
 
 
 def test_a_script_in_the_folder_runs_by_its_shebang_or_with_bash(tmp_path):
-    from chaosckpt.conductor import invocation
+    from chaosckpt.conductor.runs import invocation
 
     write(tmp_path / "train.sh", "python train.py \"$@\"\n")
     write(tmp_path / "run-env", "#!/usr/bin/env -S python3 -u\nprint('hi')\n")

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from chaosckpt.conductor import confinement, launcher, sandbox
-from chaosckpt.conductor.launcher import RunSpec
+from chaosckpt.conductor.runs import confinement, launcher, sandbox
+from chaosckpt.conductor.runs.launcher import RunSpec
 
 needs_namespace = pytest.mark.skipif(not confinement.available(), reason="no mount namespace on this machine")
 

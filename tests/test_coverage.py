@@ -12,8 +12,8 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset, data
 
 from chaosckpt import protocol
 from chaosckpt.agent import sampler
-from chaosckpt.conductor import coverage, ranks
-from chaosckpt.conductor.runlog import ProcessLog, RunLog
+from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog
+from chaosckpt.conductor.trial import coverage, ranks
 
 
 class FakeRecorder:

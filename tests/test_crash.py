@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from chaosckpt.conductor import crash
+from chaosckpt.conductor.disk import crash
 
 ROOT = "/w/ckpt"
 

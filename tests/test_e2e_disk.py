@@ -6,10 +6,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from chaosckpt.conductor import confinement, launcher
-from chaosckpt.conductor.runlog import RunLog
 from conftest import project_with, run_chaosckpt
+
+from chaosckpt.conductor.runs import confinement, launcher
+from chaosckpt.conductor.runs.runlog import RunLog
 
 pytestmark = pytest.mark.e2e
 

@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from chaosckpt.conductor import launcher
-from chaosckpt.protocol import read_event_file
 from conftest import REPO, processes_of, run_chaosckpt, tree_digest
+
+from chaosckpt.conductor.runs import launcher
+from chaosckpt.protocol import read_event_file
 
 pytestmark = pytest.mark.e2e
 

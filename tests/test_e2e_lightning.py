@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from chaosckpt.conductor import confinement
 from conftest import project_with, run_chaosckpt
+
+from chaosckpt.conductor.runs import confinement
 
 pytest.importorskip("lightning")
 pytestmark = pytest.mark.e2e

@@ -10,11 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from chaosckpt.conductor import coverage, launcher
-from chaosckpt.conductor.runlog import RunLog
-from chaosckpt.protocol import read_event_file
 from conftest import processes_of, project_with, run_chaosckpt
+
+from chaosckpt.conductor.runs import launcher
+from chaosckpt.conductor.runs.runlog import RunLog
+from chaosckpt.conductor.trial import coverage
+from chaosckpt.protocol import read_event_file
 
 pytestmark = pytest.mark.e2e
 

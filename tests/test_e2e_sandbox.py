@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Dict, Iterator
 
 import pytest
-
-from chaosckpt.conductor import confinement, sandbox
 from conftest import project_with, run_chaosckpt
+
+from chaosckpt.conductor.runs import confinement, sandbox
 
 JOB = Path(__file__).resolve().parent / "jobs" / "place_job.py"
 pytestmark = pytest.mark.e2e

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from chaosckpt.conductor import launcher
-from chaosckpt.conductor.runlog import RunLog
+from chaosckpt.conductor.runs import launcher
+from chaosckpt.conductor.runs.runlog import RunLog
 
 pytestmark = pytest.mark.e2e
 

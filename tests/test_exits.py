@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sysconfig
 
-from chaosckpt.conductor import exits
-from chaosckpt.conductor.runlog import ProcessLog, RunLog
+from chaosckpt.conductor.runs import exits
+from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog
 
 LIB = sysconfig.get_paths()["purelib"] + "/torch/serialization.py"
 

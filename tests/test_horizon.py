@@ -8,14 +8,17 @@ import sys
 import textwrap
 
 import pytest
+from conftest import run_chaosckpt
 
 from chaosckpt.agent.horizon import Horizon
-from chaosckpt.conductor import cache, horizon, launcher, placement, score, scenario as scenarios
-from chaosckpt.conductor.arming import NotArmable
+from chaosckpt.conductor import scenario as scenarios
 from chaosckpt.conductor.errors import UsageError
-from chaosckpt.conductor.launcher import RunSpec
-from chaosckpt.conductor.runlog import ProcessLog, RunLog, Save
-from conftest import run_chaosckpt
+from chaosckpt.conductor.faults import placement
+from chaosckpt.conductor.faults.arming import NotArmable
+from chaosckpt.conductor.runs import cache, horizon, launcher
+from chaosckpt.conductor.runs.launcher import RunSpec
+from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog, Save
+from chaosckpt.conductor.trial import score
 
 
 def saves_at(steps, start=100.0, every_s=60.0):

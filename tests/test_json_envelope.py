@@ -8,12 +8,12 @@ from pathlib import Path
 import jsonschema
 import pytest
 import torch
-
-from chaosckpt.conductor import history
-from chaosckpt.conductor.envelope import COMMANDS, schema
-from chaosckpt.conductor.reports.stored import StoredTrial
-from chaosckpt.conductor.result import Trial
 from conftest import assert_envelope, run_chaosckpt
+
+from chaosckpt.conductor.results import history
+from chaosckpt.conductor.results.envelope import COMMANDS, schema
+from chaosckpt.conductor.results.result import Trial
+from chaosckpt.conductor.results.stored import StoredTrial
 
 
 def test_every_schema_is_a_valid_draft_2020_12_schema_requiring_the_envelope():

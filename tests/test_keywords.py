@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from chaosckpt.conductor.errors import UsageError
-from chaosckpt.conductor.keywords import matcher
+from chaosckpt.conductor.suite.keywords import matcher
 
 TRIALS = [("enospc", "enospc"), ("enospc-late", "enospc"), ("kill9-mid-save-r01", "kill9-mid-save"),
           ("kill9-mid-save-r02", "kill9-mid-save"), ("first-save", "power-loss")]

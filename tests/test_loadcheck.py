@@ -7,7 +7,7 @@ import random
 import numpy as np
 import torch
 
-from chaosckpt.conductor import loadcheck
+from chaosckpt.conductor.disk import loadcheck
 
 
 def rng_checkpoint(path):
@@ -59,7 +59,7 @@ def test_the_sweep_load_checks_every_kind_of_checkpoint_file_a_framework_writes(
     pickled RNG states found "no loadable file" in every state."""
     from safetensors.torch import save_file
 
-    from chaosckpt.conductor import crash, sweep
+    from chaosckpt.conductor.disk import crash, sweep
 
     src = tmp_path / "run" / "ckpt"
     src.mkdir(parents=True)

@@ -17,8 +17,9 @@ from typing import Dict, List, Tuple
 
 import pytest
 
-from chaosckpt.conductor import confinement, crash, moves
-from chaosckpt.conductor.runlog import ProcessLog, Save, _process
+from chaosckpt.conductor.disk import crash, moves
+from chaosckpt.conductor.runs import confinement
+from chaosckpt.conductor.runs.runlog import ProcessLog, Save, _process
 
 JOB = textwrap.dedent(
     """

@@ -18,11 +18,11 @@ import threading
 from pathlib import Path
 
 import pytest
+from conftest import REPO, processes_of, project_with, run_chaosckpt
 
 from chaosckpt.conductor.errors import UsageError
-from chaosckpt.conductor.launcher import RunSpec
 from chaosckpt.conductor.nodes import cluster as clusters, conduct, wire
-from conftest import REPO, processes_of, project_with, run_chaosckpt
+from chaosckpt.conductor.runs.launcher import RunSpec
 
 DDP_JOB = Path(__file__).resolve().parent / "jobs" / "ddp_job.py"
 NODE_POWER_LOSS = str(REPO / "scenarios" / "node-power-loss.toml")

@@ -15,7 +15,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO
 
 if sys.version_info >= (3, 11):
@@ -60,7 +59,7 @@ def test_the_declared_setuptools_floor_builds_the_sdist_and_from_it_the_wheel_wi
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
         tar.extractall(tmp_path / "unpacked", filter="data")
     assert {"LICENSE", "tests/conftest.py", "tests/jobs/train_job.py", "tests/jobs/ddp_job.py", "tests/junit-10.xsd",
-            "examples/robust_train.py", "chaosckpt/py.typed", "chaosckpt/conductor/schemas/run.schema.json"} <= names
+            "examples/robust_train.py", "chaosckpt/py.typed", "chaosckpt/conductor/results/schemas/run.schema.json"} <= names
     unpacked = next((tmp_path / "unpacked").iterdir())
 
     wheel = subprocess.run([str(floor_python), "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--no-index",
@@ -72,7 +71,7 @@ def test_the_declared_setuptools_floor_builds_the_sdist_and_from_it_the_wheel_wi
         files = set(whl.namelist())
         [meta_name] = [n for n in files if n.endswith(".dist-info/METADATA")]
         meta = email.message_from_bytes(whl.read(meta_name))
-    assert {"chaosckpt/py.typed", "chaosckpt/conductor/schemas/suite.schema.json", "chaosckpt/conductor/reports/templates/report.html.j2",
+    assert {"chaosckpt/py.typed", "chaosckpt/conductor/results/schemas/suite.schema.json", "chaosckpt/conductor/reports/templates/report.html.j2",
             "chaosckpt/scenarios/enospc.toml", "chaosckpt/agent/boot/sitecustomize.py"} <= files
     modules = {str(p.relative_to(REPO)) for p in (REPO / "chaosckpt").rglob("*.py")}
     assert modules - files == set(), "modules the wheel leaves out: add their package to pyproject.toml"
@@ -90,7 +89,7 @@ def test_the_declared_setuptools_floor_builds_the_sdist_and_from_it_the_wheel_wi
 def test_the_public_api_type_checks_as_its_users_will_use_it():
     """mypy --strict on ``chaosckpt/__init__.py``, the API, the result types, and a user's code (tests/typecheck)."""
     mypy = pytest.importorskip("mypy.api", reason="mypy is a test extra: pip install -e '.[test]'")
-    files = ["chaosckpt/__init__.py", "chaosckpt/conductor/api.py", "chaosckpt/conductor/result.py",
+    files = ["chaosckpt/__init__.py", "chaosckpt/conductor/api.py", "chaosckpt/conductor/results/result.py",
              "chaosckpt/conductor/errors.py", "tests/typecheck/use_api.py"]
     cwd = os.getcwd()
     os.chdir(REPO)

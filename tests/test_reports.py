@@ -8,13 +8,14 @@ import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import browser
 import pytest
 import xmlschema
-
-from chaosckpt.conductor.reports import html, junit, markdown, stored
-import browser
-from chaosckpt.conductor.suite import Plan, PlannedTrial
 from conftest import read_junit, run_chaosckpt
+
+from chaosckpt.conductor.reports import html, junit, markdown
+from chaosckpt.conductor.results import stored
+from chaosckpt.conductor.results.plan import Plan, PlannedTrial
 
 
 def events(folder: Path, steps: int, first: int = 1, saves=(), bump: float = 0.0) -> None:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from chaosckpt.conductor import rng_capture, score
-from chaosckpt.conductor.runlog import ProcessLog, RunLog, Save
+from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog, Save
+from chaosckpt.conductor.trial import rng_capture, score
 
 
 def step(n, loss, pfp=None, rng=None, digest=None, psum=None):

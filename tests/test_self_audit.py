@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from chaosckpt.conductor import audit
+from chaosckpt.conductor.disk import audit
 
 
 def rezip(src: Path, dest: Path, replace: dict, compress: set) -> None:

@@ -6,9 +6,10 @@ import sys
 
 import pytest
 
-from chaosckpt.conductor import exits, launcher, logcap, score
-from chaosckpt.conductor.launcher import RunSpec
-from chaosckpt.conductor.runlog import ProcessLog, RunLog
+from chaosckpt.conductor.runs import exits, launcher, logcap
+from chaosckpt.conductor.runs.launcher import RunSpec
+from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog
+from chaosckpt.conductor.trial import score
 
 NOISY = """
 import sys

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from chaosckpt.conductor import score
-from chaosckpt.conductor.runlog import ProcessLog, RunLog, Save
+from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog, Save
+from chaosckpt.conductor.trial import score
 
 
 def steps(count, first=1, digest=None):

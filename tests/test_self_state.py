@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from chaosckpt.conductor import cache, history, locks
+from chaosckpt.conductor.results import history
+from chaosckpt.conductor.runs import cache, locks
 
 
 def test_a_held_lock_is_refused_with_its_holder_and_freed_when_its_holder_dies(tmp_path):

@@ -14,10 +14,10 @@ import sys
 
 import pytest
 import torch
+from test_checkpoint_burst import _job, _save, _step
 
 from chaosckpt.agent import interpose, writers
-from chaosckpt.conductor.runlog import _process
-from test_checkpoint_burst import _job, _save, _step
+from chaosckpt.conductor.runs.runlog import _process
 
 st = pytest.importorskip("safetensors.torch")
 
@@ -198,7 +198,7 @@ def test_counting_leaves_the_job_s_system_calls_as_they_are(tmp_path):
     """Without an armed fault, the agent counts the checkpoint's open/os.write/copy bytes with the same system
     calls, in the same order, as the job makes without it (torch.save's own file is the torch.save patch's)."""
     from chaosckpt import protocol
-    from chaosckpt.conductor.launcher import BOOT_DIR
+    from chaosckpt.conductor.runs.launcher import BOOT_DIR
 
     (tmp_path / "job.py").write_text(JOB)
     traces = []

@@ -1,6 +1,6 @@
 """Refusing writes outside the sandbox where no mount namespace can hold the job in it.
 
-The fallback of ``chaosckpt.conductor.confinement``: Python's ``open`` and the
+The fallback of ``chaosckpt.conductor.runs.confinement``: Python's ``open`` and the
 ``os`` functions that create, change or remove files raise EROFS, as a read-only
 mount would, for any path outside the allowed folders. The conductor reads the
 error from the job's output and stops with the paths. Native writers that bypass
@@ -19,7 +19,7 @@ from typing import Callable, List, Optional
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 REFUSED = "chaosckpt: refused write outside the sandbox: "
-"""Starts the line naming a refused write; ``chaosckpt.conductor.confinement`` reads it."""
+"""Starts the line naming a refused write; ``chaosckpt.conductor.runs.confinement`` reads it."""
 _NATIVE = re.compile(r"(?:File|Parent directory) (.+?) (?:cannot be opened|does not exist)")
 """torch's C++ writers name the file they could not create this way, without an errno."""
 

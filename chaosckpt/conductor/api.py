@@ -15,9 +15,11 @@ import shutil
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
 
-from chaosckpt.conductor import atomic, cache, horizon as horizons, invocation, scenario as scenarios
+from chaosckpt.conductor import scenario as scenarios
 from chaosckpt.conductor.errors import UsageError
-from chaosckpt.conductor.result import Trial, document
+from chaosckpt.conductor.results import atomic
+from chaosckpt.conductor.results.result import Trial, document
+from chaosckpt.conductor.runs import cache, horizon as horizons, invocation
 from chaosckpt.conductor.trial import TrialOptions, run_trial
 
 Command = Union[str, Sequence[str]]

@@ -15,8 +15,11 @@ from typing import List, Optional
 import click
 
 from chaosckpt import __version__
-from chaosckpt.conductor import atomic, config as configs, diskspace, leftovers, signals
+from chaosckpt.conductor import config as configs
 from chaosckpt.conductor.errors import EXIT_CODES, ExitCode, UsageError
+from chaosckpt.conductor.results import atomic
+from chaosckpt.conductor.runs import diskspace, leftovers, signals
+
 
 @click.group(epilog=EXIT_CODES, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="chaosckpt")

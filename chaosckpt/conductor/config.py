@@ -16,8 +16,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from chaosckpt.conductor import horizon as horizons
 from chaosckpt.conductor.errors import UsageError, shown
+from chaosckpt.conductor.runs import horizon as horizons
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Tuple, get_args
 
 from chaosckpt.conductor.errors import UsageError, shown
-from chaosckpt.conductor.result import Outcome
+from chaosckpt.conductor.results.result import Outcome
 
 if sys.version_info >= (3, 11):
     import tomllib

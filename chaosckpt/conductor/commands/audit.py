@@ -14,8 +14,8 @@ from typing import Any, Dict, List, Optional
 
 import click
 
-from chaosckpt.conductor.envelope import envelope
 from chaosckpt.conductor.errors import ExitCode, UsageError
+from chaosckpt.conductor.results.envelope import envelope
 
 KINDS = ("unreadable-checkpoint", "incomplete-checkpoint", "unsafe-pickle", "pickled-objects", "checkpoint-view-bloat",
          "no-step-in-checkpoint", "rng-states-missing")
@@ -165,7 +165,8 @@ def command(files, streams, training, ignored, max_inflate, as_json):
         raise UsageError(f"--streams {streams} is invalid: give how many random streams the loop draws from (>= 1)")
     targets = [_target(name) for name in files]
     limit = _size("--max-inflate", max_inflate)
-    from chaosckpt.conductor import audit, checkpoint_folder  # import torch: only when auditing, so other commands start fast
+    from chaosckpt.conductor.disk import checkpoint_folder  # import torch: only when auditing, so other commands start fast
+    from chaosckpt.conductor.disk import audit
 
     reports, folders = [], []
     expanded = [(name, target) for given, target in zip(files, targets)

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import click
 
-from chaosckpt.conductor import config as configs, leftovers
+from chaosckpt.conductor import config as configs
 from chaosckpt.conductor.errors import UsageError
+from chaosckpt.conductor.runs import leftovers
 
 
 @click.command("clean")

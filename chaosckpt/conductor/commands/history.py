@@ -8,8 +8,9 @@ from pathlib import Path
 
 import click
 
-from chaosckpt.conductor import config as configs, history
-from chaosckpt.conductor.envelope import envelope
+from chaosckpt.conductor import config as configs
+from chaosckpt.conductor.results import history
+from chaosckpt.conductor.results.envelope import envelope
 
 
 def _value(value) -> str:

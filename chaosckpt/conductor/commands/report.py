@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from chaosckpt.conductor.errors import UsageError
-from chaosckpt.conductor.reports import stored
+from chaosckpt.conductor.results import stored
 
 
 def write_reports(results: stored.Results, html_path, junit_path, markdown_path) -> None:

@@ -10,12 +10,13 @@ from pathlib import Path
 
 import click
 
-from chaosckpt.conductor import atomic, config as configs, confinement, horizon as horizons, invocation, preflight
-from chaosckpt.conductor import progress, render, scenario as scenarios
-from chaosckpt.conductor.nodes import cluster as clusters
+from chaosckpt.conductor import config as configs, scenario as scenarios
 from chaosckpt.conductor.errors import EXIT_CODES, UsageError, exit_code
-from chaosckpt.conductor.result import document
-from chaosckpt.conductor.trial import TrialOptions, run_trial
+from chaosckpt.conductor.nodes import cluster as clusters
+from chaosckpt.conductor.results import atomic
+from chaosckpt.conductor.results.result import document
+from chaosckpt.conductor.runs import horizon as horizons, invocation, preflight, progress, sandbox
+from chaosckpt.conductor.trial import TrialOptions, render, run_trial
 
 
 @click.command("run", epilog=EXIT_CODES)
@@ -111,7 +112,7 @@ def command(args, scenario_name, params, resume_args, resume_cmd, timeout, toler
     invocation.check_sweep(scen, sweep)
     horizon = horizons.parse(conf.horizon, "--horizon")
     exclude = [out, *invocation.excluded(conf.exclude, workdir)]
-    mapped = confinement.maps(workdir, conf.map, out.resolve())
+    mapped = sandbox.maps(workdir, conf.map, out.resolve())
     watched = invocation.ckpt_dirs(ckpt_dirs, workdir)
     results = invocation.results_dir(out, scen.name)
     opts = TrialOptions(command, resume, workdir, results, timeout, tolerance, keep_sandbox, exclude=exclude,

@@ -7,7 +7,7 @@ import json
 import click
 
 from chaosckpt.conductor import scenario as scenarios
-from chaosckpt.conductor.envelope import envelope
+from chaosckpt.conductor.results.envelope import envelope
 
 
 @click.command("scenarios")

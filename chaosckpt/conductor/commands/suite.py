@@ -14,15 +14,17 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import click
 
-from chaosckpt.conductor import atomic, cache, config as configs, confinement, history, horizon as horizons
-from chaosckpt.conductor import invocation, keywords, leftovers, locks, logcap, scenario as scenarios, timestamps
+from chaosckpt.conductor import config as configs, scenario as scenarios
 from chaosckpt.conductor.commands import report as report_command
-from chaosckpt.conductor.envelope import envelope
 from chaosckpt.conductor.errors import EXIT_CODES, ExitCode, UsageError, exit_code, shown
-from chaosckpt.conductor.reports import stored
-from chaosckpt.conductor.result import document
-from chaosckpt.conductor.suite import Finished, Plan, PlannedTrial, Suite, completed_saves, prepare_reference
-from chaosckpt.conductor.suite import random_points, scenario_label, trial_ids, trigger_keys
+from chaosckpt.conductor.results import atomic, history, stored, timestamps
+from chaosckpt.conductor.results.envelope import envelope
+from chaosckpt.conductor.results.plan import Plan, PlannedTrial, scenario_label, trial_ids
+from chaosckpt.conductor.results.result import document
+from chaosckpt.conductor.runs import cache, horizon as horizons, invocation, leftovers, locks, logcap, sandbox
+from chaosckpt.conductor.suite import keywords
+from chaosckpt.conductor.suite.runner import (Finished, Suite, completed_saves, prepare_reference, random_points,
+                                              trigger_keys)
 
 
 def _scenario_name(name: str, base: Path) -> str:
@@ -75,7 +77,7 @@ def _new_plan(conf: configs.SuiteConfig, from_cli: bool, params: Dict[str, Any])
     trials = _plan_trials(conf, base, params)
     results = conf.results.resolve()
     exclude = [str(p) for p in invocation.excluded(conf.exclude, workdir)]
-    maps = confinement.maps(workdir, conf.map, results)
+    maps = sandbox.maps(workdir, conf.map, results)
     parts = cache.key_parts(command, resume, maps, exclude)
     plan = Plan(args=args, command=command, resume_command=resume, resume_option=resume_option, workdir=str(workdir),
                 results=str(results), timeout=float(conf.timeout), tolerance=float(conf.tolerance), nproc=conf.nproc,

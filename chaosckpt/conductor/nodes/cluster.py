@@ -12,8 +12,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
-from chaosckpt.conductor import invocation
 from chaosckpt.conductor.errors import UsageError
+from chaosckpt.conductor.runs import invocation
 
 PLACEHOLDERS = ("{node_rank}", "{nnodes}", "{master_addr}", "{master_port}", "{host}")
 """What chaosckpt fills in, per node, in the node command and in the job's command."""

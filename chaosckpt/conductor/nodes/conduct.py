@@ -18,11 +18,11 @@ from typing import Dict, List, Optional, Tuple
 import psutil
 
 from chaosckpt import protocol
-from chaosckpt.conductor import launcher
 from chaosckpt.conductor.errors import UsageError
-from chaosckpt.conductor.launcher import RunResult, RunSpec
 from chaosckpt.conductor.nodes import wire as wires
 from chaosckpt.conductor.nodes.cluster import Cluster
+from chaosckpt.conductor.runs import launcher
+from chaosckpt.conductor.runs.launcher import RunResult, RunSpec
 
 KILL_WAIT_S = 15.0
 """How long a node has to report its tree killed before it is called lost."""

@@ -22,10 +22,11 @@ from typing import Dict, List, Optional, Set
 import psutil
 
 from chaosckpt import protocol
-from chaosckpt.conductor import crash, launcher
-from chaosckpt.conductor.launcher import RunSpec
+from chaosckpt.conductor.disk import crash
 from chaosckpt.conductor.nodes import wire as wires
-from chaosckpt.conductor.runlog import RunLog
+from chaosckpt.conductor.runs import launcher
+from chaosckpt.conductor.runs.launcher import RunSpec
+from chaosckpt.conductor.runs.runlog import RunLog
 
 PUMP_S = 0.02
 TAIL_BYTES = 64 * 1024

@@ -9,11 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from chaosckpt.conductor import arming
+from chaosckpt.conductor.faults import arming
 from chaosckpt.conductor.nodes.cluster import Cluster
 from chaosckpt.conductor.nodes.conduct import NodeFault
 from chaosckpt.conductor.nodes.verdict import process_nodes
-from chaosckpt.conductor.runlog import RunLog
+from chaosckpt.conductor.runs.runlog import RunLog
 from chaosckpt.conductor.scenario import Scenario
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Dict, Tuple
 
 from chaosckpt.conductor.nodes.cluster import Cluster
-from chaosckpt.conductor.result import Trial
+from chaosckpt.conductor.results.result import Trial
 
 _RANK = re.compile(r"\brank (\d+)\b(?! on node)")
 

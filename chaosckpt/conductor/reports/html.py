@@ -8,9 +8,9 @@ from typing import List, Optional
 import jinja2
 from markupsafe import Markup
 
-from chaosckpt.conductor import atomic
 from chaosckpt.conductor.reports import plot
-from chaosckpt.conductor.reports.stored import Results, StoredTrial
+from chaosckpt.conductor.results import atomic
+from chaosckpt.conductor.results.stored import Results, StoredTrial
 
 
 def timeline(stored: StoredTrial) -> List[str]:

@@ -11,8 +11,8 @@ import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from chaosckpt.conductor import atomic
-from chaosckpt.conductor.reports.stored import Results, StoredTrial
+from chaosckpt.conductor.results import atomic
+from chaosckpt.conductor.results.stored import Results, StoredTrial
 
 
 def _details(stored: StoredTrial) -> str:

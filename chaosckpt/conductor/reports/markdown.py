@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import List
 
-from chaosckpt.conductor import atomic
-from chaosckpt.conductor.reports.stored import Results
+from chaosckpt.conductor.results import atomic
+from chaosckpt.conductor.results.stored import Results
 
 ICONS = {"passed": "✅", "failed": "❌", "inconclusive": "⚠️", "not-run": "⏸️"}
 MAX_DETAILS = 20

@@ -9,8 +9,8 @@ from __future__ import annotations
 import io
 from typing import List, Optional, Tuple
 
-from chaosckpt.conductor.reports.stored import StoredTrial
-from chaosckpt.conductor.runlog import ProcessLog
+from chaosckpt.conductor.results.stored import StoredTrial
+from chaosckpt.conductor.runs.runlog import ProcessLog
 
 Series = List[Tuple[int, float]]
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 from typing import List
 
-from chaosckpt.conductor import copies, crash
+from chaosckpt.conductor.disk import copies, crash
 from chaosckpt.conductor.nodes import power
-from chaosckpt.conductor.result import Finding
-from chaosckpt.conductor.runlog import RunLog
+from chaosckpt.conductor.results.result import Finding
+from chaosckpt.conductor.runs.runlog import RunLog
 from chaosckpt.conductor.trial.arm import Armed
 from chaosckpt.conductor.trial.context import Context, rel
 from chaosckpt.conductor.trial.faulted import Faulted

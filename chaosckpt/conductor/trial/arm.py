@@ -6,10 +6,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from chaosckpt.conductor import arming, confinement, crash, ranks
+from chaosckpt.conductor.disk import crash
+from chaosckpt.conductor.faults import arming
 from chaosckpt.conductor.nodes import power
 from chaosckpt.conductor.nodes.conduct import NodeFault
-from chaosckpt.conductor.runlog import RunLog
+from chaosckpt.conductor.runs import confinement
+from chaosckpt.conductor.runs.runlog import RunLog
+from chaosckpt.conductor.trial import ranks
 from chaosckpt.conductor.trial.context import Context
 from chaosckpt.conductor.trial.options import Stop
 

@@ -6,10 +6,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
-from chaosckpt.conductor import confinement, diskspace, launcher, sandbox
-from chaosckpt.conductor.launcher import RunResult, RunSpec
 from chaosckpt.conductor.nodes import conduct
-from chaosckpt.conductor.result import RunRecord, Trial
+from chaosckpt.conductor.results.result import RunRecord, Trial
+from chaosckpt.conductor.runs import confinement, diskspace, launcher, sandbox
+from chaosckpt.conductor.runs.launcher import RunResult, RunSpec
 from chaosckpt.conductor.scenario import Scenario
 from chaosckpt.conductor.trial.options import Stop, TrialOptions
 
@@ -20,10 +20,10 @@ class Context:
     opts: TrialOptions
     trial: Trial
     maps: List[str] = field(default_factory=list)
-    """Every folder outside the working directory overlaid for the job's writes (see ``confinement.maps``)."""
+    """Every folder outside the working directory overlaid for the job's writes (see ``sandbox.maps``)."""
 
     def __post_init__(self) -> None:
-        self.maps = confinement.maps(self.opts.workdir, self.opts.maps, self.opts.results_dir)
+        self.maps = sandbox.maps(self.opts.workdir, self.opts.maps, self.opts.results_dir)
 
     def host_path(self, path: str, work: Path) -> str:
         """Where chaosckpt finds the file the job wrote at ``path`` (see ``confinement.host_path``)."""

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import os
 
-from chaosckpt.conductor import crash, render, sandbox, score, sweep
-from chaosckpt.conductor.loadcheck import LoadChecker
-from chaosckpt.conductor.result import Finding
-from chaosckpt.conductor.runlog import ProcessLog, RunLog
+from chaosckpt.conductor.disk import crash, sweep
+from chaosckpt.conductor.disk.loadcheck import LoadChecker
+from chaosckpt.conductor.results.result import Finding
+from chaosckpt.conductor.runs import sandbox
+from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog
+from chaosckpt.conductor.trial import render, score
 from chaosckpt.conductor.trial.arm import Armed
 from chaosckpt.conductor.trial.context import Context, rel
 from chaosckpt.conductor.trial.faulted import Faulted

@@ -8,10 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional
 
-from chaosckpt.conductor import checkpoints, ranks, score
-from chaosckpt.conductor.launcher import RunResult
-from chaosckpt.conductor.result import Finding
-from chaosckpt.conductor.runlog import ProcessLog, RunLog
+from chaosckpt.conductor.disk import checkpoints
+from chaosckpt.conductor.results.result import Finding
+from chaosckpt.conductor.runs.launcher import RunResult
+from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog
+from chaosckpt.conductor.trial import ranks, score
 from chaosckpt.conductor.trial.arm import Armed
 from chaosckpt.conductor.trial.context import Context, rel
 from chaosckpt.conductor.trial.options import Stop

@@ -6,10 +6,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional
 
-from chaosckpt.conductor import horizon
 from chaosckpt.conductor.nodes.cluster import Cluster
-from chaosckpt.conductor.progress import RunProgress
-from chaosckpt.conductor.result import Reason
+from chaosckpt.conductor.results.result import Reason
+from chaosckpt.conductor.runs import horizon
+from chaosckpt.conductor.runs.progress import RunProgress
 
 
 @dataclass

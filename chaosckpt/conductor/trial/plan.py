@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Optional
 
-from chaosckpt.conductor import horizon, placement
-from chaosckpt.conductor.arming import NotArmable
-from chaosckpt.conductor.runlog import RunLog
+from chaosckpt.conductor.faults import placement
+from chaosckpt.conductor.faults.arming import NotArmable
+from chaosckpt.conductor.runs import horizon
+from chaosckpt.conductor.runs.runlog import RunLog
 from chaosckpt.conductor.trial.context import Context
 from chaosckpt.conductor.trial.options import Stop
 

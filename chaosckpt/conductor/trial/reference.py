@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from chaosckpt.conductor import cache, confinement, diskspace, exits, horizon, preflight, score
-from chaosckpt.conductor.runlog import RunLog
+from chaosckpt.conductor.runs import cache, confinement, diskspace, exits, horizon, preflight
+from chaosckpt.conductor.runs.runlog import RunLog
+from chaosckpt.conductor.trial import score
 from chaosckpt.conductor.trial.context import Context
 from chaosckpt.conductor.trial.options import Stop
 from chaosckpt.conductor.trial.plan import run_stop

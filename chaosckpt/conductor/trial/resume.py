@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from chaosckpt.conductor import arming, ranks
-from chaosckpt.conductor.launcher import RunResult
-from chaosckpt.conductor.runlog import RunLog
+from chaosckpt.conductor.faults import arming
+from chaosckpt.conductor.runs.launcher import RunResult
+from chaosckpt.conductor.runs.runlog import RunLog
+from chaosckpt.conductor.trial import ranks
 from chaosckpt.conductor.trial.arm import Armed
 from chaosckpt.conductor.trial.context import Context
 from chaosckpt.conductor.trial.options import Stop

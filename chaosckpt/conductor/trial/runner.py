@@ -3,16 +3,17 @@ aftermath, resume and score), the headline last; the sandboxes go whatever happe
 
 from __future__ import annotations
 
-from chaosckpt.conductor import diskspace, moves, render, sandbox, score
+from chaosckpt.conductor.disk import moves
 from chaosckpt.conductor.nodes.verdict import name_nodes
-from chaosckpt.conductor.result import Trial
+from chaosckpt.conductor.results.result import Trial
+from chaosckpt.conductor.runs import preflight, sandbox
 from chaosckpt.conductor.scenario import Scenario
+from chaosckpt.conductor.trial import render, score, shared
 from chaosckpt.conductor.trial.aftermath import node_power_loss, power_loss
 from chaosckpt.conductor.trial.arm import arm
 from chaosckpt.conductor.trial.context import Context
 from chaosckpt.conductor.trial.crashpoints import sweep_save
 from chaosckpt.conductor.trial.faulted import faulted
-from chaosckpt.conductor.trial import shared
 from chaosckpt.conductor.trial.options import Stop, TrialOptions
 from chaosckpt.conductor.trial.plan import place
 from chaosckpt.conductor.trial.reference import reference
@@ -56,7 +57,7 @@ class TrialRunner:
     def _run(self) -> None:
         ctx = self.ctx
         ref_log = reference(ctx)
-        full = diskspace.preflight(self.opts.results_dir, self.opts.workdir, self.opts.exclude, ref_log)
+        full = preflight.disk_fits(self.opts.results_dir, self.opts.workdir, self.opts.exclude, ref_log)
         if full:
             raise Stop("disk-full", full)
         ref = ref_log.trainer()

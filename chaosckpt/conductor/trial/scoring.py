@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from typing import Optional
 
-from chaosckpt.conductor import copies, exits, ranks, score
-from chaosckpt.conductor.result import Finding
-from chaosckpt.conductor.runlog import ProcessLog, RunLog
+from chaosckpt.conductor.disk import copies
+from chaosckpt.conductor.results.result import Finding
+from chaosckpt.conductor.runs import exits
+from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog
+from chaosckpt.conductor.trial import ranks, score
 from chaosckpt.conductor.trial.aftermath import lost_checkpoint
 from chaosckpt.conductor.trial.arm import Armed
 from chaosckpt.conductor.trial.context import Context, rel

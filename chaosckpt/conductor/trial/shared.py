@@ -26,10 +26,14 @@ from pathlib import Path
 from typing import Callable, List, Optional, Tuple
 
 from chaosckpt import protocol
-from chaosckpt.conductor import arming, atomic, confinement, crash, sandbox, score
-from chaosckpt.conductor.result import RunRecord, Trial
-from chaosckpt.conductor.runlog import ProcessLog, RunLog, Save
+from chaosckpt.conductor.disk import crash
+from chaosckpt.conductor.faults import arming
+from chaosckpt.conductor.results import atomic
+from chaosckpt.conductor.results.result import RunRecord, Trial
+from chaosckpt.conductor.runs import confinement, sandbox
+from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog, Save
 from chaosckpt.conductor.scenario import Scenario
+from chaosckpt.conductor.trial import score
 from chaosckpt.conductor.trial.arm import Armed
 from chaosckpt.conductor.trial.context import Context, rel
 from chaosckpt.conductor.trial.faulted import Faulted, caught, files_after_fault

@@ -3,9 +3,9 @@ later resume must still load what it saved."""
 
 from __future__ import annotations
 
-from chaosckpt.conductor import score
-from chaosckpt.conductor.result import Finding
-from chaosckpt.conductor.runlog import ProcessLog, RunLog
+from chaosckpt.conductor.results.result import Finding
+from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog
+from chaosckpt.conductor.trial import score
 from chaosckpt.conductor.trial.arm import Armed
 from chaosckpt.conductor.trial.context import Context, rel
 from chaosckpt.conductor.trial.plan import resume_stop

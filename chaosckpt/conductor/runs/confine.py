@@ -1,0 +1,158 @@
+"""Start a job inside a private mount namespace where only its sandbox can be written.
+
+Run as ``python -I -S confine.py SPEC.json -- COMMAND...`` (standard library only,
+so it starts in a few milliseconds without chaosckpt on the path). In the new
+namespace every mount is read-only except:
+
+- the ``writable`` folders (the run's sandbox and its events folder), bound onto themselves;
+- ``/tmp`` and ``/dev/shm``, bound to folders of the sandbox's layers;
+- large ``inputs`` of the working directory, bound read-only over their empty stand-ins in the sandbox;
+- each ``map`` folder outside the sandbox, covered by an overlay whose upper layer
+  lives in the sandbox's layers, so the job's writes there land in the sandbox and
+  the real folder is never modified.
+
+A write anywhere else fails with EROFS. As root a mount namespace is enough; any
+other user gets an unprivileged user namespace mapping it to root. The helper then
+``exec``s the command, so the job keeps its pid, environment and process group.
+Exit status 125 with one line on stderr means the namespace could not be made.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import sys
+from typing import Dict, List
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUSER = 0x10000000
+MS_RDONLY = 1
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_REMOUNT = 32
+MS_BIND = 4096
+MS_REC = 16384
+MS_PRIVATE = 1 << 18
+UNCONFINED = 125
+"""Exit status of the helper when it cannot build the namespace; nothing of the job ran."""
+FAILED = "chaosckpt: cannot confine the job to its sandbox: "
+"""Starts the helper's one line when it exits ``UNCONFINED``."""
+VIRTUAL = ("/proc", "/sys", "/dev")
+"""Kernel file systems left as they are: they hold no user files (``/dev/shm`` is replaced)."""
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _mount(source: str, target: str, fstype: str, flags: int, data: str = "") -> None:
+    _check(_libc.mount(source.encode(), target.encode(), fstype.encode() if fstype else None, flags,
+                       data.encode() if data else None), f"mount {target}")
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def enter_namespace() -> None:
+    """A private mount namespace; a user namespace first when not root."""
+    uid, gid = os.getuid(), os.getgid()
+    if uid == 0:
+        _check(_libc.unshare(CLONE_NEWNS), "unshare")
+    else:
+        _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWNS), "unshare")
+        _write("/proc/self/setgroups", "deny")
+        _write("/proc/self/uid_map", f"0 {uid} 1")
+        _write("/proc/self/gid_map", f"0 {gid} 1")
+    _mount("none", "/", "", MS_REC | MS_PRIVATE)
+
+
+def _mount_points() -> List[str]:
+    points = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            point = line.split()[4].encode().decode("unicode_escape")
+            if not any(point == v or point.startswith(v + "/") for v in VIRTUAL):
+                points.append(point)
+    return sorted(set(points), key=len)
+
+
+def _read_only(point: str) -> None:
+    try:
+        _mount("none", point, "", MS_REMOUNT | MS_BIND | MS_RDONLY)
+    except OSError:
+        # A mount locked with nosuid/nodev by the parent user namespace keeps those flags.
+        _mount("none", point, "", MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def _bind(source: str, target: str, writable: bool) -> None:
+    _mount(source, target, "", MS_BIND | MS_REC)
+    if writable:
+        _mount("none", target, "", MS_REMOUNT | MS_BIND)
+
+
+def _held(fd: int) -> str:
+    """A path naming what ``fd`` was opened on, even once other mounts hide its name."""
+    return f"/proc/self/fd/{fd}"
+
+
+def confine(spec: Dict) -> None:
+    """Build the namespace ``spec`` describes (see ``chaosckpt.conductor.runs.confinement``).
+
+    Writable folders are bound first, so they stay writable when everything else is
+    made read-only, and held open, so overlays mounted above them (a map of ``/tmp``
+    when the sandbox lies under it) can neither hide them nor take them as layers.
+    """
+    enter_namespace()
+    points = [p for p in _mount_points() if p not in spec["writable"]]
+    held = {}
+    for path in spec["writable"]:
+        _bind(path, path, writable=True)
+        held[path] = os.open(path, os.O_PATH | os.O_DIRECTORY)
+    for point in points:
+        _read_only(point)
+    layers = []
+    for layer in spec["maps"]:
+        fds = [os.open(layer[k], os.O_PATH | os.O_DIRECTORY) for k in ("upper", "work")]
+        layers.append((layer["target"], fds))
+    for target, (upper, work) in layers:
+        _mount("overlay", target, "overlay", 0,
+               f"lowerdir={target},upperdir={_held(upper)},workdir={_held(work)}")
+    for path, fd in held.items():
+        # a folder on a file system mounted below an overlaid one (a disk mounted under /tmp) is missing from
+        # the overlay's view: its empty name is made there, in the overlay's upper layer, to bind it onto
+        os.makedirs(path, exist_ok=True)
+        _bind(_held(fd), path, writable=True)
+    for item in spec.get("inputs", []):
+        _mount(item["source"], item["target"], "", MS_BIND)
+        _read_only(item["target"])
+
+
+def main(argv: List[str]) -> None:
+    if len(argv) < 4 or argv[2] != "--":
+        sys.stderr.write("usage: confine.py SPEC.json -- COMMAND...\n")
+        sys.exit(UNCONFINED)
+    with open(argv[1]) as f:
+        spec = json.load(f)
+    try:
+        confine(spec)
+    except OSError as exc:
+        sys.stderr.write(f"{FAILED}{exc.strerror or exc}; map another folder or leave it out (--map, links out of the working "
+                         "directory)\n")
+        sys.exit(UNCONFINED)
+    os.chdir(spec["cwd"])
+    try:
+        os.execvp(argv[3], argv[3:])
+    except OSError as exc:
+        sys.stderr.write(f"chaosckpt: cannot start {argv[3]}: {exc.strerror}\n")
+        sys.exit(127)
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -1,0 +1,294 @@
+"""Starting a job's process tree with the agent injected, watching it, and killing all of it.
+
+Every run gets a marker in its environment; after a SIGKILL of the tree the
+conductor also looks for processes carrying the marker, because torchrun puts
+each rank in a session of its own, and reports any that survived.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
+
+import psutil
+
+import chaosckpt
+from chaosckpt import protocol
+from chaosckpt.conductor.runs import confinement, logcap
+
+POLL_S = 0.01
+HOLD_S = 30.0
+HOLD_POLL_S = 0.05
+STOP_HOLD_S = 2.0
+"""How long a job stopped at its horizon is kept for its other ranks to reach the horizon too."""
+BOOT_DIR = Path(chaosckpt.__file__).resolve().parent / "agent" / "boot"
+PR_SET_CHILD_SUBREAPER = 36
+PR_GET_CHILD_SUBREAPER = 37
+PR_SET_PDEATHSIG = 1
+
+
+@dataclass
+class RunSpec:
+    """One process tree to start."""
+
+    name: str
+    argv: List[str]
+    cwd: Path
+    log_dir: Path
+    timeout_s: float
+    fault: Optional[Dict] = None
+    env: Dict[str, str] = field(default_factory=dict)
+    hold: Optional[Callable[[Path], bool]] = None
+    """After a fault fires, the kill waits (at most ``HOLD_S``) until this is true of the events folder."""
+    stop: Optional[Dict] = None
+    """The horizon (``CHAOSCKPT_STOP``): the job is killed once it reports having reached it."""
+    watch: Optional[Callable[[Path, float], None]] = None
+    """Called with the events folder and the seconds elapsed while the job runs (a progress line)."""
+    maps: List[str] = field(default_factory=list)
+    """Folders outside ``cwd`` the job may write through overlays kept in the sandbox (see ``confinement``)."""
+    layers: str = ""
+    """Whose private layers (``/tmp``, mapped folders) the run uses: one node's of a multi-node job, or the trial's."""
+
+
+@dataclass
+class RunResult:
+    spec: RunSpec
+    returncode: Optional[int]
+    duration_s: float
+    timed_out: bool
+    fault_fired: bool
+    survivors: List[int]
+    stopped: bool = False
+    """The job reached its horizon and was killed there: not a crash."""
+    log_error: Optional[OSError] = None
+    """Why the job's output could not all be written to its logs (a full disk), if it could not."""
+
+    @property
+    def events_dir(self) -> Path:
+        return self.spec.log_dir / "events"
+
+    @property
+    def stdout(self) -> Path:
+        return self.spec.log_dir / "stdout.log"
+
+    @property
+    def stderr(self) -> Path:
+        return self.spec.log_dir / "stderr.log"
+
+
+@contextlib.contextmanager
+def subreaper() -> Iterator[None]:
+    """While a tree runs, keep its orphaned grandchildren under this process, so a killed tree cannot hide
+    from us; afterwards the flag is as it was, because the Python API runs inside the user's process."""
+    libc, before = None, ctypes.c_int(1)
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(before), 0, 0, 0)
+            libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        except (OSError, AttributeError):
+            libc = None
+    try:
+        yield
+    finally:
+        if libc is not None and not before.value:
+            libc.prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+
+
+def die_with_parent(signum: int) -> Callable[[], None]:
+    """A ``preexec_fn`` that has the child sent ``signum`` when this process dies, even by SIGKILL."""
+    parent = os.getpid()
+
+    def arm() -> None:
+        if sys.platform.startswith("linux"):
+            try:
+                ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0)
+            except (OSError, AttributeError):
+                pass
+        if os.getppid() != parent:  # the parent died before the signal was armed
+            os._exit(128 + signum)
+
+    return arm
+
+
+def job_env(spec: RunSpec, events_dir: Path, mark: str) -> Dict[str, str]:
+    env = dict(os.environ)
+    env.update(spec.env)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(BOOT_DIR), env.get("PYTHONPATH", "")) if p)
+    env[protocol.ENV_RUN_DIR] = str(events_dir)
+    env[protocol.ENV_MARK] = mark
+    env[protocol.ENV_CONDUCTOR] = str(os.getpid())
+    env.pop(protocol.ENV_FAULT, None)
+    env.pop(protocol.ENV_STOP, None)
+    if spec.fault is not None:
+        env[protocol.ENV_FAULT] = json.dumps(spec.fault)
+    if spec.stop is not None:
+        env[protocol.ENV_STOP] = json.dumps(spec.stop)
+    return env
+
+
+def _marked(mark: str) -> List[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get(protocol.ENV_MARK) == mark:
+                found.append(proc)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def kill_tree(root: psutil.Process, mark: str) -> List[int]:
+    """SIGKILL ``root``, its descendants and every process carrying ``mark``; return the pids still alive."""
+    procs: Dict[int, psutil.Process] = {}
+    for _ in range(2):  # suspend, then rescan for children spawned meanwhile
+        try:
+            found = [root] + root.children(recursive=True)
+        except psutil.NoSuchProcess:
+            found = []
+        for proc in found + _marked(mark):
+            if proc.pid not in procs:
+                procs[proc.pid] = proc
+                try:
+                    proc.suspend()
+                except psutil.Error:
+                    pass
+    for proc in procs.values():
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline:
+        alive = [p for p in procs.values() if _alive(p)] + [p for p in _marked(mark) if _alive(p) and p.pid not in procs]
+        for proc in alive:
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+        if not alive:
+            break
+        time.sleep(POLL_S)
+    _reap(procs, exclude=root.pid)
+    return sorted(p.pid for p in procs.values() if _alive(p)) + sorted(
+        p.pid for p in _marked(mark) if _alive(p) and p.pid not in procs
+    )
+
+
+def _reap(procs: Dict[int, psutil.Process], exclude: int) -> None:
+    """Collect the exit status of killed orphans that were re-parented to us."""
+    for pid in procs:
+        if pid == exclude:
+            continue
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+
+
+def wait_before_kill(spec: RunSpec, events_dir: Path, started: float, hold: Optional[Callable[[Path], bool]],
+                     limit_s: float = HOLD_S) -> None:
+    """Keep the halted job alive (at most ``limit_s``) until the rest of it reaches the point ``hold`` wants."""
+    if hold is None:
+        return
+    deadline = min(time.monotonic() + limit_s, started + spec.timeout_s)
+    while time.monotonic() < deadline and not hold(events_dir):
+        time.sleep(HOLD_POLL_S)
+
+
+def _all_stopped(events_dir: Path) -> bool:
+    """Every live process that records events has reached the horizon too (the other ranks of a job)."""
+    flagged = {p.name[len(protocol.STOP_FLAG_PREFIX):] for p in protocol.fault_flags(events_dir, protocol.STOP_FLAG_PREFIX)}
+    for path in protocol.event_files(events_dir):
+        pid = path.name.split(".")[2]
+        if pid not in flagged and pid.isdigit() and psutil.pid_exists(int(pid)):
+            try:
+                if psutil.Process(int(pid)).status() != psutil.STATUS_ZOMBIE:
+                    return False
+            except psutil.Error:
+                continue
+    return True
+
+
+def launch(spec: RunSpec) -> RunResult:
+    """Run ``spec`` to completion, a fired fault, or its timeout; the tree is always gone afterwards."""
+    with subreaper():
+        return _run(spec)
+
+
+def spawn(spec: RunSpec, events_dir: Path, mark: str) -> Tuple[subprocess.Popen, logcap.CappedLog, logcap.CappedLog]:
+    """Start the job's tree confined to its sandbox (see ``confinement``), in a session of its own, killed
+    with this process, its output capped into ``stdout.log`` and ``stderr.log``: the process and both logs."""
+    env = job_env(spec, events_dir, mark)
+    argv, confined_env = confinement.command(spec.argv, spec.cwd, spec.log_dir, spec.maps, spec.layers)
+    env.update({k: v for k, v in confined_env.items() if k not in spec.env})
+    out, out_log = logcap.pipe_into(spec.log_dir / "stdout.log")
+    err, err_log = logcap.pipe_into(spec.log_dir / "stderr.log")
+    try:
+        try:
+            proc = subprocess.Popen(
+                argv, cwd=spec.cwd, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                start_new_session=True, preexec_fn=die_with_parent(signal.SIGKILL),
+            )
+        finally:
+            os.close(out)
+            os.close(err)
+    except OSError:
+        out_log.close()
+        err_log.close()
+        raise
+    return proc, out_log, err_log
+
+
+def _run(spec: RunSpec) -> RunResult:
+    spec.log_dir.mkdir(parents=True, exist_ok=True)
+    events_dir = spec.log_dir / "events"
+    events_dir.mkdir(exist_ok=True)
+    mark = uuid.uuid4().hex
+    started = time.monotonic()
+    proc, out_log, err_log = spawn(spec, events_dir, mark)
+    root = psutil.Process(proc.pid)
+    timed_out = fault_fired = stopped = False
+    survivors: List[int] = []
+    try:
+        while proc.poll() is None:
+            if protocol.fault_flags(events_dir):
+                fault_fired = True
+                wait_before_kill(spec, events_dir, started, spec.hold)
+                break
+            if protocol.fault_flags(events_dir, protocol.STOP_FLAG_PREFIX):
+                stopped = True
+                wait_before_kill(spec, events_dir, started, _all_stopped, STOP_HOLD_S)
+                break
+            if time.monotonic() - started > spec.timeout_s:
+                timed_out = True
+                break
+            if spec.watch is not None:
+                spec.watch(events_dir, time.monotonic() - started)
+            time.sleep(POLL_S)
+    finally:
+        survivors = kill_tree(root, mark)
+        proc.wait()
+        out_log.close()
+        err_log.close()
+    if not fault_fired and protocol.fault_flags(events_dir):
+        fault_fired = True
+    return RunResult(spec, proc.returncode, time.monotonic() - started, timed_out, fault_fired, survivors, stopped,
+                     out_log.error or err_log.error)

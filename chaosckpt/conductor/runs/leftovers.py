@@ -1,0 +1,153 @@
+"""What a chaosckpt process killed outright (SIGKILL, OOM, a lost machine) leaves behind, found and removed.
+
+Every results folder is claimed with a lock (``.lock``) for as long as its
+process lives and the lock file is removed when it ends normally. A folder
+whose lock file is there but whose lock is free belongs to a run that died: its
+sandboxes are removed and any job process still running from it is killed, on
+the next ``run`` or ``suite`` in the same results folder or by ``chaosckpt clean``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import psutil
+
+from chaosckpt import protocol
+from chaosckpt.conductor.runs import diskspace, locks
+
+LOCK = ".lock"
+_held: Dict[Path, int] = {}
+
+
+def claim(folder: Path) -> None:
+    """Own ``folder`` until this process exits; raises ``locks.Busy`` when a live process owns it."""
+    folder = Path(folder).resolve()
+    if folder in _held:
+        return
+    _held[folder] = locks.acquire(folder / LOCK)
+    if len(_held) == 1:
+        atexit.register(release_all)
+
+
+def owned() -> Optional[Path]:
+    """The results folder this process claimed last, if any."""
+    return next(reversed(_held), None)
+
+
+def held_fds(folder: Path) -> tuple:
+    """The descriptor of ``folder``'s lock (if this process owns it), for children that keep it owned while they run."""
+    fd = _held.get(Path(folder).resolve())
+    return () if fd is None else (fd,)
+
+
+def release_all() -> None:
+    """Give up every folder this process owns: it ended normally, so nothing of it is left to clean."""
+    for folder, fd in list(_held.items()):
+        try:
+            os.unlink(folder / LOCK)
+        except OSError:
+            pass
+        locks.release(fd)
+        del _held[folder]
+
+
+@dataclass
+class Cleaned:
+    """What one dead run had left and was removed."""
+
+    folder: Path
+    processes: List[int] = field(default_factory=list)
+    sandboxes: List[Path] = field(default_factory=list)
+    bytes: int = 0
+
+    def line(self) -> str:
+        parts = []
+        if self.processes:
+            parts.append(f"stopped {len(self.processes)} job process(es) still running")
+        if self.sandboxes:
+            parts.append(f"removed {len(self.sandboxes)} sandbox(es), {self.bytes / 1e6:.1f} MB")
+        return (f"chaosckpt: {self.folder} was left by a chaosckpt that was killed: "
+                + ("; ".join(parts) or "nothing to remove"))
+
+
+def _sandboxes(folder: Path, depth: int = 3) -> List[Path]:
+    found = []
+    try:
+        entries = [e for e in os.scandir(folder) if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return []
+    for entry in entries:
+        if entry.name == "sandboxes" or entry.name.startswith(".sandbox-"):
+            found.append(Path(entry.path))
+        elif depth > 1:
+            found += _sandboxes(Path(entry.path), depth - 1)
+    return found
+
+
+def _job_processes(folder: Path) -> List[psutil.Process]:
+    prefix = str(folder) + os.sep
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get(protocol.ENV_RUN_DIR, "").startswith(prefix):
+                found.append(proc)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+def _clean(folder: Path) -> Cleaned:
+    done = Cleaned(folder)
+    procs = _job_processes(folder)
+    for proc in procs:
+        try:
+            proc.kill()
+        except psutil.Error:
+            continue
+        done.processes.append(proc.pid)
+    psutil.wait_procs(procs, timeout=5)
+    for box in _sandboxes(folder):
+        done.bytes += diskspace.tree_bytes(box)
+        shutil.rmtree(box, ignore_errors=True)
+        done.sandboxes.append(box)
+    return done
+
+
+def report(out: Path) -> List[Cleaned]:
+    """``sweep``, with one line on stderr per cleaned folder."""
+    cleaned = sweep(out)
+    for item in cleaned:
+        print(item.line(), file=sys.stderr)
+    return cleaned
+
+
+def sweep(out: Path) -> List[Cleaned]:
+    """Clean every folder under ``out`` whose run died; folders of live runs are left alone."""
+    cleaned = []
+    try:
+        candidates = sorted(p.parent for p in Path(out).glob(f"*/{LOCK}"))
+    except OSError:
+        return []
+    for folder in candidates:
+        folder = folder.resolve()
+        if folder in _held:
+            continue
+        try:
+            fd = locks.acquire(folder / LOCK)
+        except (locks.Busy, OSError):
+            continue
+        try:
+            cleaned.append(_clean(folder))
+            os.unlink(folder / LOCK)
+        except OSError:
+            pass
+        finally:
+            locks.release(fd)
+    return cleaned

@@ -1,0 +1,133 @@
+"""What a trial will do with the working directory, said before the first run, and what it found there after.
+
+The survey walks the working directory as ``sandbox.create`` will copy it, so the
+line it prints (files, bytes, reflinks or not, what is bound or skipped, and the
+cost per sandbox) is what happens. A stale checkpoint is one the reference run
+loaded before any step from a file the user's working directory already held.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, List, Optional, Sequence
+
+from chaosckpt.conductor.runs import confinement, diskspace, sandbox
+from chaosckpt.conductor.runs.runlog import RunLog
+
+KINDS = {stat.S_IFIFO: "FIFO", stat.S_IFSOCK: "socket", stat.S_IFCHR: "device", stat.S_IFBLK: "device"}
+
+
+@dataclass
+class Survey:
+    files: int = 0
+    bytes: int = 0
+    copied_bytes: int = 0
+    bound: List[str] = field(default_factory=list)
+    bound_bytes: int = 0
+    skipped: List[str] = field(default_factory=list)
+    reflinks: bool = False
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("kB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+def survey(workdir: Path, exclude: Iterable[Path], dest_parent: Path) -> Survey:
+    """What a sandbox copy of ``workdir`` made under ``dest_parent`` will hold."""
+    workdir = workdir.resolve()
+    skip = {Path(p).resolve() for p in exclude}
+    dest_parent.mkdir(parents=True, exist_ok=True)
+    out = Survey(reflinks=sandbox.reflinks(workdir, dest_parent))
+    bind = confinement.available() and not out.reflinks
+    for root, dirs, files in os.walk(workdir):
+        here = Path(root)
+        others = [d for d in dirs if sandbox.foreign(here / d)]
+        out.skipped += [f"{os.path.relpath(here / d, workdir)} (a chaosckpt run in progress)" for d in others]
+        dirs[:] = [d for d in dirs if d not in sandbox.ALWAYS_EXCLUDED and here / d not in skip and d not in others]
+        for name in files:
+            path = here / name
+            if name in sandbox.ALWAYS_EXCLUDED or path in skip:
+                continue
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                continue
+            rel = os.path.relpath(path, workdir)
+            if sandbox.special(st.st_mode):
+                out.skipped.append(f"{rel} ({KINDS.get(stat.S_IFMT(st.st_mode), 'special file')})")
+                continue
+            out.files += 1
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            out.bytes += st.st_size
+            if bind and st.st_size >= sandbox.LARGE_BYTES:
+                out.bound.append(rel)
+                out.bound_bytes += st.st_size
+            else:
+                out.copied_bytes += st.st_size
+    return out
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def line(s: Survey, maps: Sequence[str]) -> str:
+    """The preflight, in one line."""
+    how = "cloned copy-on-write (reflinks)" if s.reflinks else f"copied ({_size(s.copied_bytes)} written per sandbox)"
+    parts = [f"sandbox of {_count(s.files, 'file')}, {_size(s.bytes)}: {how}"]
+    if s.bound:
+        names = ", ".join(s.bound[:3]) + (", ..." if len(s.bound) > 3 else "")
+        parts.append(f"{_count(len(s.bound), 'large input')} ({_size(s.bound_bytes)}: {names}) bound read-only, "
+                     "not copied, since this file system has no reflinks")
+    if s.skipped:
+        parts.append(f"skipped {', '.join(s.skipped[:3])}{', ...' if len(s.skipped) > 3 else ''}: "
+                     "FIFOs, sockets, devices and the results of chaosckpt runs in progress are never copied")
+    parts.append(confinement.note(maps))
+    return "; ".join(parts)
+
+
+def stale_checkpoint(reference: RunLog, workdir: Path) -> Optional[str]:
+    """Why the reference run took no step, when it began by loading a checkpoint the working directory held."""
+    for proc in reference.processes:
+        cwd = (proc.hello or {}).get("cwd")
+        loads = [e for e in proc.loads if e.get("ok") and e.get("path")]
+        if not loads or cwd is None:
+            continue
+        rel = os.path.relpath(loads[0]["path"], cwd)
+        if not rel.startswith("..") and (workdir / rel).exists():
+            top = Path(rel).parts[0]
+            return (f"the uninterrupted run began by loading {rel}, a checkpoint already in the working directory "
+                    f"(left by an earlier training), so it resumed instead of training; leave it out of the sandbox "
+                    f"with --exclude {top} (config key exclude = {json.dumps([top])})")
+    return None
+
+
+def needed(workdir: Path, reference: RunLog, reference_dir: Optional[Path], sandboxes: Path,
+           exclude: Iterable[Path] = ()) -> int:
+    """Bytes a trial's faulted and resume runs take: what one sandbox copy of the working directory writes
+    (nothing where reflinks clone it; large inputs bound read-only are not copied: see ``preflight.survey``),
+    twice the checkpoint files the reference left (the newest save to each path), and the reference's logs for
+    each run."""
+    copy = survey(workdir, exclude, sandboxes)
+    saver = reference.saver()
+    newest = {}
+    for save in saver.completed_saves() if saver is not None else []:
+        newest[save.path] = save.bytes
+    logs = diskspace.tree_bytes(reference_dir) if reference_dir is not None and reference_dir.is_dir() else 0
+    return (0 if copy.reflinks else copy.copied_bytes) + 2 * sum(newest.values()) + 2 * logs
+
+
+def disk_fits(results_dir: Path, workdir: Path, exclude: Iterable[Path], reference: RunLog) -> Optional[str]:
+    """Why the trial's runs would not fit on the results folder's disk, or None when they fit."""
+    need = needed(workdir, reference, results_dir / "reference", results_dir / "sandboxes", [results_dir, *exclude])
+    if diskspace.free_bytes(results_dir) < need:
+        return diskspace.describe(results_dir, need, "the faulted and resume runs would not fit")
+    return None

@@ -1,0 +1,1 @@
+"""Suites: every configured scenario against one job, planned, run in parallel workers, resumable."""

@@ -1,0 +1,249 @@
+"""Multi-rank jobs: arming the rank-skew fault, and judging each rank's recovery, trajectory and data.
+
+A distributed checkpoint is only as new as its oldest part, so the job's last
+good step is the oldest of the saving ranks' newest completed saves. Each rank's
+recovered step is found from its own first parameter digest, as for a single
+process; ranks that came back from different steps are a finding of their own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+from chaosckpt import protocol
+from chaosckpt.conductor.faults import arming
+from chaosckpt.conductor.results.result import Finding, Trial
+from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog
+from chaosckpt.conductor.scenario import Scenario
+from chaosckpt.conductor.trial import coverage, score
+
+
+def target_rank(scenario: Scenario, reference: RunLog) -> int:
+    """The rank rank-skew holds mid-save: ``trigger.rank``, or for -1 the last rank that made the save."""
+    trigger = scenario.trigger
+    world = reference.world_size()
+    saves = {rank: len(p.completed_saves()) for rank, p in reference.ranks().items()}
+    savers = [rank for rank, n in saves.items() if n >= trigger.save]
+    if trigger.rank == -1:
+        if not savers:
+            raise arming.NotArmable(
+                f"no rank completed {trigger.save} checkpoint saves in the uninterrupted run; use --param save=N "
+                f"with N <= {max(saves.values(), default=0)}, or make the job save more often"
+            )
+        return max(savers)
+    if trigger.rank >= world:
+        raise arming.NotArmable(f"--param rank={trigger.rank}: the job ran with {world} rank(s)")
+    if trigger.rank not in savers:
+        raise arming.NotArmable(
+            f"rank {trigger.rank} completed {saves.get(trigger.rank, 0)} checkpoint saves in the uninterrupted run and "
+            f"the scenario interrupts its save {trigger.save}; pick a rank that saves (ranks {savers or 'none'})"
+        )
+    return trigger.rank
+
+
+def arm(scenario: Scenario, reference: RunLog, track: Optional[List[str]]) -> Dict:
+    """The rank-skew fault: a halt, like a kill's, in the target rank's save, placed from that rank's own saves."""
+    rank = target_rank(scenario, reference)
+    own = RunLog([reference.ranks()[rank]])
+    fault = arming.arm(dataclasses.replace(scenario, fault="kill"), own, track)
+    fault["rank"] = rank
+    return fault
+
+
+def hold(scenario: Scenario, reference: RunLog, fault: Dict) -> Optional[Callable[[Path], bool]]:
+    """For rank-skew, what the kill waits for: every other rank that makes the save has finished it."""
+    if scenario.fault != "rank-skew":
+        return None
+    procs = reference.ranks()
+    others = [r for r, p in procs.items() if r != fault["rank"] and len(p.completed_saves()) >= fault["save"]]
+    calls = {r: len(procs[r].completed_saves()[fault["save"] - 1].files) for r in others}
+    return functools.partial(saves_finished, ranks=others, save=fault["save"], calls=calls) if others else None
+
+
+def saves_finished(events_dir: Path, ranks: List[int], save: int, calls: Optional[Dict[int, int]] = None) -> bool:
+    """Whether each of ``ranks`` has completed its checkpoint number ``save``, as its events say: the checkpoint
+    ended, or it made as many save calls as in the reference (``calls``), all returned; a checkpoint ends only
+    at the next step, which a rank waiting for the held one in a collective never reaches."""
+    done = RunLog.read(events_dir).ranks()
+
+    def finished(rank: int) -> bool:
+        saves = [s for s in done[rank].saves if s.index == save] if rank in done else []
+        if not saves:
+            return False
+        want = (calls or {}).get(rank, 0)
+        returned = [f for f in saves[0].files if f.get("ok")]
+        return bool(saves[0].ok) or (want > 0 and len(returned) >= want)
+
+    return all(finished(r) for r in ranks)
+
+
+def skew_env(scenario: Scenario, reference: RunLog) -> Dict[str, str]:
+    """The resume run's environment for rank-skew's ``offset`` and ``reset`` variants."""
+    trigger = scenario.trigger
+    if scenario.fault != "rank-skew" or trigger.variant == "kill":
+        return {}
+    spec: Dict = {"variant": trigger.variant}
+    if trigger.variant == "offset":
+        spec["offset"] = trigger.offset
+        spec["rank"] = reference.world_size() - 1 if trigger.rank == -1 else trigger.rank
+    return {protocol.ENV_SAMPLER_SKEW: json.dumps(spec)}
+
+
+def last_good(faulted: RunLog) -> Optional[int]:
+    """The newest step every saving rank had completed a save of when the job was killed."""
+    newest = []
+    for proc in faulted.ranks().values():
+        if proc.saves:
+            done = proc.completed_saves()
+            newest.append(done[-1].step if done else None)
+    if not newest or None in newest:
+        return None
+    return min(newest)
+
+
+@dataclass
+class RankVerdict:
+    """Where one rank resumed from, whether it reproduced the reference, and where it stopped."""
+
+    rank: int
+    outcome: str
+    recovered_step: Optional[int]
+    reproduced: Optional[bool]
+    first_divergent_step: Optional[int]
+    compared_steps: int
+    steps_taken: int
+    last_step: Optional[int]
+    last_save: Optional[Dict]
+    error: Optional[str] = None
+
+
+def _position(proc: Optional[ProcessLog], start: Optional[int]) -> Dict:
+    """How far a resumed rank got: its steps, its last global step and its last save."""
+    if proc is None:
+        return {"steps_taken": 0, "last_step": None, "last_save": None}
+    taken = len(proc.steps)
+    save = proc.saves[-1] if proc.saves else None
+    offset = start or 0
+    return {
+        "steps_taken": taken,
+        "last_step": offset + taken if start is not None else None,
+        "last_save": None if save is None else {"save": save.index, "step": offset + save.step, "ok": save.ok},
+    }
+
+
+def verdicts(reference: RunLog, faulted: RunLog, resume: RunLog, resume_rc: Optional[int], stderr_tail: str,
+             good: Optional[int], tolerance: float) -> List[RankVerdict]:
+    """One verdict per rank of the job."""
+    table = score.digest_table(*faulted.processes, *reference.processes)
+    ref_ranks = reference.ranks()
+    resumed = resume.ranks()
+    world = max(reference.world_size(), resume.world_size())
+    out = []
+    for rank in range(world):
+        own = RunLog([p for p in resume.processes if (p.rank or 0) == rank])
+        rec = score.recovery(own, resume_rc, stderr_tail, good, table)
+        proc = resumed.get(rank)
+        traj = None
+        if rec.recovered_step is not None and proc is not None and rank in ref_ranks:
+            traj = score.trajectory(ref_ranks[rank], proc, rec.recovered_step, tolerance)
+        out.append(RankVerdict(
+            rank=rank,
+            outcome=rec.outcome,
+            recovered_step=rec.recovered_step,
+            reproduced=None if traj is None else traj.reproduced,
+            first_divergent_step=None if traj is None else traj.first_divergent_step,
+            compared_steps=0 if traj is None else traj.compared,
+            error=rec.error,
+            **_position(proc, rec.recovered_step),
+        ))
+    return out
+
+
+def where(ranks: List[Dict]) -> str:
+    """Where each rank was (``Trial.ranks`` entries), in words: its last step and its last save."""
+    parts = []
+    for v in ranks:
+        step = f"step {v['last_step']}" if v["last_step"] is not None else f"{v['steps_taken']} steps taken"
+        save = v["last_save"]
+        saved = "no save" if save is None else f"last save {save['save']} at step {save['step']}" + (
+            "" if save["ok"] else ", unfinished")
+        parts.append(f"rank {v['rank']} at {step} ({saved})")
+    return "; ".join(parts)
+
+
+def disagreement(ranks: List[RankVerdict]) -> Optional[Finding]:
+    """``ranks-disagree`` when the ranks resumed from different steps."""
+    steps = {v.rank: v.recovered_step for v in ranks}
+    if len(set(steps.values())) < 2:
+        return None
+    said = ", ".join(f"rank {r} from {'step ' + str(s) if s is not None else 'no known checkpoint'}" for r, s in steps.items())
+    return Finding(
+        "ranks-disagree",
+        f"the ranks resumed from different checkpoints: {said}; every rank must load the same step, the newest "
+        "one all ranks completed",
+        {"steps": {str(r): s for r, s in steps.items()}},
+    )
+
+
+def hung(ranks: List[Dict], timeout_s: float) -> Finding:
+    """The resumed job did not finish in time; with disagreeing ranks, a mismatched collective is the likely cause."""
+    return Finding(
+        "resume-hung",
+        f"the resumed job did not finish within {timeout_s:g} s and was killed: {where(ranks)}",
+        {"ranks": {str(v["rank"]): {"last_step": v["last_step"], "last_save": v["last_save"]} for v in ranks}},
+    )
+
+
+def judge(trial: Trial, reference: RunLog, faulted: RunLog, resume: RunLog, resume_rc: Optional[int],
+          stderr_tail: str, tolerance: float) -> bool:
+    """Per-rank verdicts and data coverage into ``trial``; False when they fail it whatever rank 0 did.
+
+    For a multi-rank job the headline fields (last good step, outcome, recovered step) become the job's
+    and rank 0's, judged against the last step every rank had saved.
+    """
+    findings = coverage.epoch_never_set(reference)
+    baseline = coverage.partition(reference, "uninterrupted run")
+    findings += baseline
+    ok = True
+    recovered: Dict[int, Optional[int]] = {0: trial.recovered_step}
+    if max(reference.world_size(), resume.world_size()) > 1:
+        good = last_good(faulted)
+        ranks = verdicts(reference, faulted, resume, resume_rc, stderr_tail, good, tolerance)
+        trial.ranks = [dataclasses.asdict(v) for v in ranks]
+        recovered = {v.rank: v.recovered_step for v in ranks}
+        first = ranks[0]
+        trial.last_good_step = good
+        trial.outcome = first.outcome
+        trial.recovered_step = first.recovered_step
+        if first.recovered_step is not None and trial.fault is not None:
+            trial.lost_steps = max(0, (trial.fault.get("step") or 0) - first.recovered_step)
+        trial.fault = {**(trial.fault or {}), "rank": faulted_rank(faulted)}
+        diverged = [v for v in ranks if v.reproduced is False]
+        if diverged:
+            trial.reproduced = False
+            trial.first_divergent_step = min((v.first_divergent_step for v in diverged if v.first_divergent_step),
+                                             default=None)
+        split = disagreement(ranks)
+        if split is not None:
+            findings.append(split)
+            ok = False
+    if not baseline:
+        resumed = coverage.partition(resume, "resumed run")
+        findings += resumed
+        ok = ok and not resumed
+    findings += coverage.order(reference, resume, recovered)
+    trial.findings.extend(findings)
+    return ok
+
+
+def faulted_rank(faulted: RunLog) -> Optional[int]:
+    """The rank the fault fired in."""
+    for rank, proc in faulted.ranks().items():
+        if proc.fault is not None:
+            return rank
+    return None

@@ -1,0 +1,120 @@
+"""How a trial reads to a person: one headline with its evidence, then findings and where the logs are."""
+
+from __future__ import annotations
+
+import os
+from typing import List
+
+from chaosckpt.conductor.results.result import Trial
+
+DIVERGENCE_CAUSES = ("eval-mode-in-training", "rng-not-restored", "rng-captured-early", "rng-drawn-after-restore",
+                     "step-count-differs", "epoch-order-replayed", "epoch-order-differs", "sampler-overlap",
+                     "sampler-missing")
+"""Finding kinds that explain a divergence; the first one found goes into the headline."""
+
+REASONS = {
+    "fault-not-triggered": "the fault never fired",
+    "reference-failed": "the uninterrupted run failed",
+    "timeout": "a run did not finish in time",
+    "agent-not-loaded": "no chaosckpt agent reported from the job",
+    "no-steps-recorded": "the job took no optimizer step chaosckpt could see",
+    "stale-checkpoint": "the uninterrupted run resumed from a checkpoint already in the working directory",
+    "baseline-nondeterministic": "the job is not deterministic, so its trajectory cannot be judged",
+    "resume-took-no-steps": "the resumed job trained no further",
+    "survivors": "processes of the job survived SIGKILL",
+    "disk-full": "chaosckpt's own disk is full",
+    "node-lost": "a node of the job stopped answering",
+}
+
+
+def describe_error(error: str, loading: bool) -> str:
+    """A resume error in the words a user needs: any failure to load a checkpoint makes it 'unreadable'."""
+    if not loading:
+        return error
+    lowered = error.lower()
+    marker = "failed finding central directory"
+    if marker in lowered:
+        return f"unreadable: {marker}"
+    return f"unreadable: {error}"
+
+
+def headline(trial: Trial) -> str:
+    """The one line that says what happened, with its evidence."""
+    name = trial.scenario
+    if trial.status == "inconclusive":
+        return f"INCONCLUSIVE {name}: {REASONS.get(trial.reason, trial.reason)}: {trial.detail}"
+    lg = trial.last_good_step
+    last_good = f"the last good checkpoint was step {lg}" if lg is not None else "no checkpoint had completed"
+    verdict = "PASSED" if trial.passed else "FAILED"
+    if trial.sweep is not None:
+        bad = next((p for p in trial.sweep if p["outcome"] and not p["outcome"].startswith("last-good")), None)
+        summary = next(f.message for f in trial.findings if f.kind == "sweep")
+        if bad is None:
+            return f"{verdict} {name} sweep: {summary}"
+        return f"{verdict} {name} sweep: a crash after op {bad['op']} ({bad['operation']}) resumes as {bad['outcome']}; {summary}"
+    outcome = trial.outcome
+    exited = next((f for f in trial.findings if f.kind == "resume-exited"), None)
+    if exited is not None and not trial.passed:
+        return f"{verdict} {name}: {exited.message}; {_resumed_from(trial)}"
+    copy = next((f for f in trial.findings if f.kind == "acknowledged-checkpoint-lost" and "copy_of" in f.details), None)
+    if copy is not None and not trial.passed and outcome == "last-good":
+        return (f"{verdict} {name}: {copy.message}; the checkpoint itself survived and the job resumed from it "
+                f"(step {trial.recovered_step})")
+    split = next((f for f in trial.findings if f.kind == "ranks-disagree"), None)
+    if split is not None and not trial.passed:
+        return f"{verdict} {name}: {split.message}; {last_good}"
+    if outcome == "crashed":
+        where = f" loading {trial.error_path}" if trial.error_path else ""
+        return f"{verdict} {name}: resume crashed{where} ({describe_error(trial.error or 'no error recorded', trial.error_path is not None)}); {last_good}"
+    if outcome == "survived":
+        if trial.passed:
+            return (f"{verdict} {name}: the job carried on past the fault, matched the uninterrupted run over "
+                    f"{trial.compared_steps} steps, and a later resume still loaded its checkpoint")
+        if trial.error:
+            return f"{verdict} {name}: the job carried on past the fault, but a later resume failed ({trial.error})"
+        return (f"{verdict} {name}: the job carried on past the fault but diverged from the uninterrupted run "
+                f"at step {trial.first_divergent_step}")
+    if outcome == "scratch":
+        return f"{verdict} {name}: the resumed job restarted from scratch; {last_good} ({trial.lost_steps} steps of work lost)"
+    if outcome == "older":
+        return (f"{verdict} {name}: resumed from step {trial.recovered_step}, older than the last good checkpoint "
+                f"(step {lg}): {trial.lost_steps} steps of work lost")
+    if outcome == "unknown-state":
+        return (f"{verdict} {name}: the resumed job started from a state no run recorded "
+                f"(neither a saved checkpoint nor the initial model); {last_good}")
+    start = f"resumed from the last good checkpoint (step {trial.recovered_step})"
+    how = "bitwise" if trial.tolerance == 0 else f"within relative tolerance {trial.tolerance:g}"
+    if trial.reproduced:
+        cut = trial.horizon is not None and trial.compared_steps >= trial.horizon
+        span = "following steps up to the horizon" if cut else "following steps"
+        return f"{verdict} {name}: {start} and reproduced {'the' if cut else 'all'} {trial.compared_steps} {span} {how}"
+    diff = f", largest loss difference {trial.max_loss_diff:.3g}" if trial.max_loss_diff is not None else ""
+    cause = next((f.message for f in trial.findings if f.kind in DIVERGENCE_CAUSES), "")
+    return (f"{verdict} {name}: {start} but diverged from the uninterrupted run at step "
+            f"{trial.first_divergent_step}{diff}" + (f": {cause}" if cause else ""))
+
+
+def _resumed_from(trial: Trial) -> str:
+    """Where the resume had started, in the words of the headline."""
+    lg = trial.last_good_step
+    if trial.outcome == "last-good":
+        return f"it had resumed from the last good checkpoint (step {trial.recovered_step})"
+    if trial.outcome == "scratch":
+        return f"it had restarted from scratch, though the last good checkpoint was step {lg}"
+    if trial.outcome == "older":
+        return f"it had resumed from step {trial.recovered_step}, older than the last good checkpoint (step {lg})"
+    return "it had started from a state no run recorded"
+
+
+def text(trial: Trial) -> List[str]:
+    """Headline, findings and where to look, as lines for the terminal."""
+    lines = [trial.headline]
+    for finding in trial.findings:
+        lines.append(f"  - {finding.kind}: {finding.message}")
+    if trial.sweep is not None:
+        from chaosckpt.conductor.disk.sweep import CrashPoint, table
+
+        lines.extend(table([CrashPoint(**p) for p in trial.sweep]))
+    if trial.results_dir:
+        lines.append(f"  results and logs: {os.path.relpath(trial.results_dir)}")
+    return lines
