@@ -107,3 +107,10 @@ def test_help_documents_exit_codes(project):
     assert res.returncode == 0
     for code in ("0  every trial passed", "1  some trial failed", "2  usage error", "3  internal error", "4  inconclusive"):
         assert code in res.stdout
+
+
+@pytest.mark.parametrize("name, expected", [("node", "--node-rank K"), ("report", "Exit codes:"), ("history", "Exit codes:")])
+def test_every_help_page_is_clicks_and_the_reading_commands_state_their_exit_codes(tmp_path, name, expected):
+    res = run_chaosckpt([name, "--help"], cwd=tmp_path)
+    assert res.returncode == 0
+    assert res.stdout.startswith(f"Usage: chaosckpt {name} [OPTIONS]") and expected in res.stdout
