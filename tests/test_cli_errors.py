@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from chaosckpt.conductor import cli
-from chaosckpt.conductor.commands import run as run_command
 from chaosckpt.conductor.errors import ExitCode
 from conftest import run_chaosckpt, tree_digest
 
@@ -84,7 +83,7 @@ def test_internal_error_writes_a_crash_report(project, monkeypatch, capsys, tmp_
     def broken(*args, **kwargs):
         raise ValueError("a bug in the scorer")
 
-    monkeypatch.setattr(run_command, "run_trial", broken)
+    monkeypatch.setattr("chaosckpt.conductor.trial.run_trial", broken)  # run imports it when a trial runs
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["run", "train.py", "-s", "kill9-mid-save", "--out", str(tmp_path / "r")])
     assert exit_info.value.code == ExitCode.INTERNAL

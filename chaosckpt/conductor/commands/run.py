@@ -60,7 +60,7 @@ def command(args, scenario_name, params, config_path, as_json, **given):
     if not as_json:
         click.echo(f"chaosckpt: {scen.name} on {shlex.join(opts.command)} (results in {os.path.relpath(results)})",
                    err=True)
-        survey = preflight.survey(workdir, [*opts.exclude, results], results / "sandboxes")
+        survey = preflight.survey(opts.workdir, [*opts.exclude, results], results / "sandboxes")
         click.echo(f"chaosckpt: {preflight.line(survey, [str(m) for m in opts.maps])}", err=True)
     trial = run_trial(scen, opts)
     doc = document([trial])
