@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from chaosckpt.conductor import cli
-from chaosckpt.conductor.commands import run as run_command
 from chaosckpt.conductor.errors import ExitCode
 from conftest import run_chaosckpt, tree_digest
 
@@ -84,7 +83,7 @@ def test_internal_error_writes_a_crash_report(project, monkeypatch, capsys, tmp_
     def broken(*args, **kwargs):
         raise ValueError("a bug in the scorer")
 
-    monkeypatch.setattr(run_command, "run_trial", broken)
+    monkeypatch.setattr("chaosckpt.conductor.trial.run_trial", broken)  # run imports it when a trial runs
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["run", "train.py", "-s", "kill9-mid-save", "--out", str(tmp_path / "r")])
     assert exit_info.value.code == ExitCode.INTERNAL
@@ -107,3 +106,10 @@ def test_help_documents_exit_codes(project):
     assert res.returncode == 0
     for code in ("0  every trial passed", "1  some trial failed", "2  usage error", "3  internal error", "4  inconclusive"):
         assert code in res.stdout
+
+
+@pytest.mark.parametrize("name, expected", [("node", "--node-rank K"), ("report", "Exit codes:"), ("history", "Exit codes:")])
+def test_every_help_page_is_clicks_and_the_reading_commands_state_their_exit_codes(tmp_path, name, expected):
+    res = run_chaosckpt([name, "--help"], cwd=tmp_path)
+    assert res.returncode == 0
+    assert res.stdout.startswith(f"Usage: chaosckpt {name} [OPTIONS]") and expected in res.stdout

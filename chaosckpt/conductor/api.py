@@ -13,14 +13,15 @@ import json
 import shlex
 import shutil
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
-from chaosckpt.conductor import scenario as scenarios
+from chaosckpt.conductor import config as configs, options, scenario as scenarios
 from chaosckpt.conductor.errors import UsageError
 from chaosckpt.conductor.results import atomic
 from chaosckpt.conductor.results.result import Trial, document
 from chaosckpt.conductor.runs import cache, horizon as horizons, invocation
-from chaosckpt.conductor.trial import TrialOptions, run_trial
+from chaosckpt.conductor.trial import run_trial
+from chaosckpt.conductor.trial.options import from_spec
 
 Command = Union[str, Sequence[str]]
 
@@ -29,54 +30,27 @@ def _argv(value: Command) -> List[str]:
     return shlex.split(value) if isinstance(value, str) else list(value)
 
 
-def _optional_argv(value: Optional[Command]) -> Optional[List[str]]:
-    return None if value is None else _argv(value)
-
-
-def run(
-    job: Command,
-    scenario: str = "kill9-mid-save",
-    *,
-    args: Sequence[str] = (),
-    params: Optional[Dict[str, Any]] = None,
-    resume_args: Optional[Command] = None,
-    resume_command: Optional[Command] = None,
-    workdir: Union[str, Path] = ".",
-    out: Union[str, Path, None] = None,
-    timeout: float = 3600.0,
-    tolerance: float = 0.0,
-    keep_sandbox: bool = False,
-    reuse_reference: bool = True,
-    horizon: Union[int, str, None] = horizons.DEFAULT,
-) -> Trial:
+def run(job: Command, scenario: str = "kill9-mid-save", *, params: Optional[Dict[str, Any]] = None,
+        config: Union[str, Path, None] = None, reuse_reference: bool = True, **keywords: Any) -> Trial:
     """Run ``job`` (a script relative to ``workdir``, or a command) under ``scenario`` and return the verdict.
 
-    ``params`` overrides scenario parameters (``{"save": 3, "fraction": 0.9}``). Results go to
-    ``out`` (default ``workdir/chaosckpt-results``) as with ``chaosckpt run``; ``horizon`` is the number of
-    steps compared after the resume point, or ``"end"``. With ``reuse_reference``
-    the reference run comes from the project's cache when nothing it depends on changed.
+    ``params`` overrides scenario parameters (``{"save": 3, "fraction": 0.9}``); ``config`` names a
+    ``chaosckpt.toml`` or ``pyproject.toml`` whose settings the keywords override. Results go to
+    ``out`` (default ``workdir/chaosckpt-results``) as with ``chaosckpt run``. With ``reuse_reference``
+    the reference run comes from the project's cache when nothing it depends on changed. The other keywords
+    are the options of ``chaosckpt run`` (listed below).
     """
-    workdir = Path(workdir).resolve()
-    if not workdir.is_dir():
-        raise UsageError(f"workdir {workdir} is not a directory")
-    if timeout <= 0:
-        raise UsageError(f"timeout={timeout:g} is invalid: a run needs some time; give seconds > 0")
-    if tolerance < 0:
-        raise UsageError(f"tolerance={tolerance:g} is invalid: use 0 for bitwise or a positive relative tolerance")
-    scen = scenarios.load(scenario, dict(params or {}))
-    steps = horizons.parse(horizon, "horizon=")
-    command = invocation.job_command([*_argv(job), *args], workdir, base=workdir)
-    resume = invocation.resume_command(command, _optional_argv(resume_args), _optional_argv(resume_command))
-    root = Path(out) if out is not None else workdir / "chaosckpt-results"
+    scen, spec = prepare(job, scenario, params=params, config=config, **keywords)
+    workdir, root = Path(spec["workdir"]), Path(spec["exclude"][0])
     results = invocation.results_dir(root, scen.name)
     reference = None
     if reuse_reference:
-        parts = cache.key_parts(command, resume)
+        parts = cache.key_parts(spec["command"], spec["resume_command"], spec["maps"], spec["exclude"][1:])
         reference = results / "cached-reference"
-        stop = horizons.trial_stop(steps, scen.trigger)
-        cache.reference_into(reference, cache.key(parts), parts, command, workdir, timeout, [root], stop=stop)
-    opts = TrialOptions(command, resume, workdir, results, timeout, tolerance, keep_sandbox, reference=reference,
-                        exclude=[root], horizon=steps)
+        stop = horizons.trial_stop(spec["horizon"], scen.trigger)
+        cache.reference_into(reference, cache.key(parts), parts, spec["command"], workdir, spec["timeout_s"],
+                             [Path(p) for p in spec["exclude"]], stop=stop, maps=spec["maps"])
+    opts = from_spec({**spec, "results_dir": str(results), "reference": reference and str(reference)})
     try:
         trial = run_trial(scen, opts)
     finally:
@@ -84,3 +58,25 @@ def run(
             shutil.rmtree(reference, ignore_errors=True)
     atomic.write_text(results / "result.json", json.dumps(document([trial]), indent=2) + "\n")
     return trial
+
+
+def prepare(job: Command, scenario: str = "kill9-mid-save", *, params: Optional[Dict[str, Any]] = None,
+            config: Union[str, Path, None] = None, **keywords: Any) -> Tuple[scenarios.Scenario, Dict[str, Any]]:
+    """The scenario and the trial's options (as ``options.trial_spec``) that ``run``'s arguments ask for."""
+    values = options.from_api(keywords)
+    values["command"] = (*_argv(job), *(values.get("command") or ()))
+    workdir = (values.get("workdir") or Path(".")).resolve()
+    if not workdir.is_dir():
+        raise UsageError(f"workdir {workdir} is not a directory")
+    values["workdir"] = workdir
+    base = configs.load_file(Path(config)) if config is not None else configs.SuiteConfig(
+        workdir=workdir, results=workdir / "chaosckpt-results")
+    conf = base.merged(**values)
+    scen = scenarios.load(scenario, dict(params or {}))
+    sweep = bool(keywords.get("sweep"))
+    invocation.check_sweep(scen, sweep)
+    return scen, options.trial_spec(conf, workdir, workdir, sweep=sweep)
+
+
+run.__doc__ = (run.__doc__ or "") + "\n" + "\n".join(
+    f"    ``{o.keyword}``: {o.help}" for o in options.OPTIONS if o.keyword not in ("args",)) + "\n"

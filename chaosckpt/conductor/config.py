@@ -9,13 +9,15 @@ naming the key, so a typo never silently runs the wrong suite.
 from __future__ import annotations
 
 import difflib
+import functools
 import math
 import shlex
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from chaosckpt.conductor import options
 from chaosckpt.conductor.errors import UsageError, shown
 from chaosckpt.conductor.runs import horizon as horizons
 
@@ -64,95 +66,101 @@ class SuiteConfig:
     share: bool = True
     """Kills, power losses and sweeps of the same save share one journaled faulted run (``trial.shared``); false
     runs each alone."""
+    keep_sandbox: bool = False
+    max_resumes: int = 3
+    ckpt_dirs: Tuple[str, ...] = ()
+    """Checkpoint directories (``--ckpt-dir``), relative to ``workdir``."""
+    nnodes: Optional[int] = None
+    hosts: Optional[str] = None
+    node_cmd: Optional[str] = None
+    listen: Optional[str] = None
     source: Optional[str] = None
 
     def merged(self, **cli: Any) -> "SuiteConfig":
         """This configuration with every command-line value that was given (not None) on top."""
         given = {k: v for k, v in cli.items() if v is not None}
-        for key, value in given.items():
-            _CHECKS[key](f"--{key.replace('_', '-')}", value)
+        _check({k: _json(v) for k, v in given.items() if k != "scenarios"}, "--", flags=True)
         return replace(self, **given)
 
 
-def _number(key: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise UsageError(f"{key} must be a number, got {shown(value)}")
-
-
-def _positive_number(key: str, value: Any) -> None:
-    _number(key, value)
-    if not math.isfinite(value) or value <= 0:
-        raise UsageError(f"{key} must be a number of seconds > 0, got {shown(value)}")
-
-
-def _tolerance(key: str, value: Any) -> None:
-    _number(key, value)
-    if not math.isfinite(value) or value < 0:
-        raise UsageError(f"{key} must be 0 (bitwise) or a positive relative tolerance, got {shown(value)}")
-
-
-def _whole(minimum: int) -> Callable[[str, Any], None]:
-    def check(key: str, value: Any) -> None:
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise UsageError(f"{key} must be a whole number >= {minimum}, got {shown(value)}")
-
-    return check
-
-
-def _seed(key: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise UsageError(f"{key} must be a whole number, got {shown(value)}")
-
-
-def _horizon(key: str, value: Any) -> None:
-    horizons.parse(value, key)
-
-
-def _argv(key: str, value: Any) -> None:
-    if not isinstance(value, tuple) or not all(isinstance(v, str) for v in value):
-        raise UsageError(f"{key} must be a string or a list of strings, got {shown(value)}")
-
-
-def _path(key: str, value: Any) -> None:
-    if not isinstance(value, Path):
-        raise UsageError(f"{key} must be a path (a string), got {shown(value)}")
-
-
-def _paths(key: str, value: Any) -> None:
-    if not isinstance(value, tuple) or not all(isinstance(v, Path) for v in value):
-        raise UsageError(f"{key} must be a list of paths (strings), got {shown(value)}")
-
-
-def _flag(key: str, value: Any) -> None:
-    if not isinstance(value, bool):
-        raise UsageError(f"{key} must be true or false, got {shown(value)}")
-
-
-def _entries(key: str, value: Any) -> None:
-    if not isinstance(value, tuple) or not all(isinstance(v, ScenarioEntry) for v in value):
-        raise UsageError(f"{key} must be a list of scenarios")
-
-
-_CHECKS: Dict[str, Callable[[str, Any], None]] = {
-    "command": _argv,
-    "resume_args": _argv,
-    "resume_command": _argv,
-    "nproc": _whole(1),
-    "workdir": _path,
-    "scenarios": _entries,
-    "tolerance": _tolerance,
-    "timeout": _positive_number,
-    "results": _path,
-    "jobs": _whole(1),
-    "trials": _whole(0),
-    "seed": _seed,
-    "horizon": _horizon,
-    "map": _paths,
-    "exclude": _paths,
-    "share": _flag,
+_ENTRY: Dict[str, Any] = {
+    "if": {"type": "string"},
+    "else": {
+        "type": "object",
+        "x-message": "{where} must be a scenario name or a table {scenario = ..., params = {...}}, got {got}",
+        "x-messages": {"required": "{where}.scenario must be a scenario name or file"},
+        "required": ["scenario"],
+        "properties": {
+            "scenario": {"type": "string", "minLength": 1, "x-message": "{where} must be a scenario name or file, got {got}"},
+            "params": {"type": "object", "x-message": "{where} must be a table of parameters, e.g. {save = 3, fraction = 0.9}"},
+            "id": {"type": "string", "pattern": "\\S", "x-message": "{where} must be a non-empty string, got {got}"},
+            "sweep": {**options.FLAG, "description": "Crash after every operation of the save in turn (chaosckpt run --sweep)."},
+        },
+        "additionalProperties": False,
+    },
 }
-KEYS = tuple(k for k in _CHECKS)
+SUITE_KEYS: Dict[str, Any] = {
+    "scenarios": {"description": "The suite's trials: scenario names or files, or tables {scenario, params, id, sweep}.",
+                  "type": "array", "minItems": 1, "items": _ENTRY, "x-message": "{where} must be a non-empty list of scenarios"},
+    "jobs": {"description": "Trials run in parallel.", **options.whole(1)},
+    "trials": {"description": "Trials of each scenario at seeded random fault points.", **options.whole(0)},
+    "seed": {"description": "Seed of the random fault points.", **options.whole()},
+    "share": {"description": "Trials faulting the same save share one faulted run.", **options.FLAG},
+}
+SCHEMA = options.config_schema(SUITE_KEYS)
+"""What a configuration file may hold, as JSON Schema (shipped as ``results/schemas/config.schema.json``)."""
+KEYS = tuple(SCHEMA["properties"])
 """The keys a configuration file may hold; ``source`` is chaosckpt's own."""
+
+
+@functools.lru_cache(maxsize=None)
+def _validator() -> Any:
+    """The schema's validator, with the ``finite`` keyword (TOML has ``nan`` and ``inf``); jsonschema is imported
+    here, when a configuration is read, so that ``chaosckpt --help`` does not pay for it."""
+    import jsonschema
+
+    def finite(validator: Any, wanted: bool, instance: Any, schema: Dict[str, Any]) -> Any:
+        if wanted and isinstance(instance, float) and not math.isfinite(instance):
+            yield jsonschema.ValidationError(f"{instance} is not finite")
+
+    cls = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"finite": finite})
+    return cls(SCHEMA)
+
+
+def _where(path: Sequence[Any], prefix: str, flags: bool) -> str:
+    if flags:
+        option = options.BY_NAME.get(str(path[0]))
+        return option.flag if option is not None else f"--{str(path[0]).replace('_', '-')}"
+    return prefix + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
+
+
+def _message(error: Any, table: Dict[str, Any], prefix: str, flags: bool) -> str:
+    """A schema error as one line naming the key: the message its schema gives, else its key's."""
+    path = list(error.absolute_path)
+    if error.validator == "additionalProperties":
+        known = list(error.schema["properties"])
+        key = next(k for k in error.instance if k not in known)
+        return str(_unknown(key, known, _where(path, prefix, flags) + "." if path else prefix))
+    schema, instance = error.schema, error.instance
+    if "x-message" not in schema and path:  # deep inside a key whose schema has no message of its own
+        schema, instance, path = SCHEMA["properties"][path[0]], table[path[0]], path[:1]
+    template = schema.get("x-messages", {}).get(error.validator) or schema["x-message"]
+    return template.replace("{where}", _where(path, prefix, flags)).replace("{got}", shown(instance))
+
+
+def _check(table: Dict[str, Any], prefix: str, flags: bool = False) -> None:
+    """Refuse ``table`` unless the schema holds it, with the one-line message of its first error."""
+    errors = sorted(_validator().iter_errors(table),
+                    key=lambda e: ([str(p) for p in e.absolute_path], e.validator != "type"))
+    if errors:
+        raise UsageError(_message(errors[0], table, prefix, flags))
+
+
+def _json(value: Any) -> Any:
+    """A command-line value as a configuration file would hold it."""
+    if isinstance(value, (tuple, list)):
+        return [_json(v) for v in value]
+    return str(value) if isinstance(value, Path) else value
 
 
 def _unknown(key: str, known: List[str], prefix: str) -> UsageError:
@@ -163,61 +171,37 @@ def _unknown(key: str, known: List[str], prefix: str) -> UsageError:
 
 def _as_argv(key: str, value: Any) -> Tuple[str, ...]:
     """A command as a TOML string (split like a shell would) or a list of strings."""
-    if isinstance(value, str):
-        try:
-            return tuple(shlex.split(value))
-        except ValueError as exc:
-            raise UsageError(f"{key} is not a valid command line: {exc}") from None
-    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+    if isinstance(value, list):
         return tuple(value)
-    raise UsageError(f"{key} must be a string or a list of strings, got {shown(value)}")
+    try:
+        return tuple(shlex.split(value))
+    except ValueError as exc:
+        raise UsageError(f"{key} is not a valid command line: {exc}") from None
 
 
-def _scenario_entry(item: Any, where: str) -> ScenarioEntry:
-    if isinstance(item, str):
-        return ScenarioEntry(item)
-    if not isinstance(item, dict):
-        raise UsageError(f"{where} must be a scenario name or a table {{scenario = ..., params = {{...}}}}, got {shown(item)}")
-    known = ["scenario", "params", "id", "sweep"]
-    for key in item:
-        if key not in known:
-            raise _unknown(key, known, f"{where}.")
-    if not isinstance(item.get("scenario"), str) or not item["scenario"]:
-        raise UsageError(f"{where}.scenario must be a scenario name or file, got {shown(item.get('scenario'))}")
-    params = item.get("params", {})
-    if not isinstance(params, dict):
-        raise UsageError(f"{where}.params must be a table of parameters, e.g. {{save = 3, fraction = 0.9}}")
-    ident = item.get("id")
-    if ident is not None and (not isinstance(ident, str) or not ident.strip()):
-        raise UsageError(f"{where}.id must be a non-empty string, got {shown(ident)}")
-    sweep = item.get("sweep", False)
-    _flag(f"{where}.sweep", sweep)
-    return ScenarioEntry(item["scenario"], dict(params), ident, sweep)
+def _value(key: str, value: Any, base: Path, name: str) -> Any:
+    """A checked value of the file as ``SuiteConfig`` holds it: commands split, paths from the file's folder
+    (``exclude`` and ``ckpt_dirs`` from ``workdir``), scenario entries."""
+    if key == "scenarios":
+        return tuple(ScenarioEntry(item) if isinstance(item, str) else
+                     ScenarioEntry(item["scenario"], dict(item.get("params", {})), item.get("id"), item.get("sweep", False))
+                     for item in value)
+    schema = options.BY_NAME[key].schema if key in options.BY_NAME else None
+    if schema is options.ARGV:
+        return _as_argv(name, value)
+    if key in ("exclude", "ckpt_dirs"):
+        return tuple(Path(v) if key == "exclude" else v for v in value)
+    if schema is options.PATHS:
+        return tuple(base / v for v in value)
+    if schema is options.PATH:
+        return base / value
+    return value
 
 
 def from_table(table: Dict[str, Any], base: Path, prefix: str) -> SuiteConfig:
     """A configuration from a parsed TOML table; ``prefix`` (``tool.chaosckpt.``) goes before key names in messages."""
-    values: Dict[str, Any] = {}
-    for key, value in table.items():
-        name = f"{prefix}{key}"
-        if key not in _CHECKS:
-            raise _unknown(key, list(KEYS), prefix)
-        if key in ("command", "resume_args", "resume_command"):
-            value = _as_argv(name, value)
-        elif key in ("workdir", "results"):
-            if not isinstance(value, str) or not value:
-                raise UsageError(f"{name} must be a path (a string), got {shown(value)}")
-            value = base / value
-        elif key in ("map", "exclude"):
-            if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-                raise UsageError(f"{name} must be a list of paths (strings), got {shown(value)}")
-            value = tuple(base / v if key == "map" else Path(v) for v in value)
-        elif key == "scenarios":
-            if not isinstance(value, list) or not value:
-                raise UsageError(f"{name} must be a non-empty list of scenarios")
-            value = tuple(_scenario_entry(item, f"{name}[{i}]") for i, item in enumerate(value))
-        _CHECKS[key](name, value)
-        values[key] = value
+    _check(table, prefix)
+    values = {key: _value(key, value, base, f"{prefix}{key}") for key, value in table.items()}
     if "resume_args" in values and "resume_command" in values:
         raise UsageError(f"{prefix}resume_args and {prefix}resume_command: give one, not both")
     values.setdefault("workdir", base)

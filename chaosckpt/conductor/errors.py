@@ -42,6 +42,14 @@ Exit codes:
   4  inconclusive: no trial failed, but a verdict could not be established
   130, 143, 129  interrupted by Ctrl-C, SIGTERM or SIGHUP (job trees killed)
 """
+READING_EXIT_CODES = """\b
+Exit codes:
+  0  done, whatever the verdicts it read (run and suite exit with those)
+  2  usage error (bad command line, missing or unreadable results)
+  3  internal error in chaosckpt (a crash report file is written)
+  130, 143, 129  interrupted by Ctrl-C, SIGTERM or SIGHUP
+"""
+"""The exit codes of the commands that read stored results (``report``, ``history``) and run no trial."""
 
 
 def exit_code(statuses: Iterable[str]) -> ExitCode:

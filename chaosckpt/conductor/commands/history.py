@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from chaosckpt.conductor import config as configs
+from chaosckpt.conductor.errors import READING_EXIT_CODES
 from chaosckpt.conductor.results import history
 from chaosckpt.conductor.results.envelope import envelope
 
@@ -17,7 +18,7 @@ def _value(value) -> str:
     return "-" if value is None else str(value)
 
 
-@click.command("history")
+@click.command("history", epilog=READING_EXIT_CODES)
 @click.option("-s", "--scenario", default=None, help="Only this scenario.")
 @click.option("--last", default=20, show_default=True, type=click.IntRange(min=1), help="Suites shown per scenario.")
 @click.option("--workdir", default=None, type=click.Path(path_type=Path),

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from chaosckpt.conductor.errors import UsageError
+from chaosckpt.conductor.errors import READING_EXIT_CODES, UsageError
 from chaosckpt.conductor.results import stored
 
 
@@ -23,7 +23,7 @@ def write_reports(results: stored.Results, html_path, junit_path, markdown_path)
             raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
-@click.command("report")
+@click.command("report", epilog=READING_EXIT_CODES)
 @click.argument("results", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--html", "html_path", type=click.Path(path_type=Path), help="Write a self-contained HTML page here.")
 @click.option("--junit", "junit_path", type=click.Path(path_type=Path), help="Write JUnit XML here (one testcase per trial).")

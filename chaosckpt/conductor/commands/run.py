@@ -7,16 +7,18 @@ import os
 import shlex
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
 
 import click
 
-from chaosckpt.conductor import config as configs, scenario as scenarios
+from chaosckpt.conductor import config as configs, options, scenario as scenarios
 from chaosckpt.conductor.errors import EXIT_CODES, UsageError, exit_code
-from chaosckpt.conductor.nodes import cluster as clusters
 from chaosckpt.conductor.results import atomic
 from chaosckpt.conductor.results.result import document
-from chaosckpt.conductor.runs import horizon as horizons, invocation, preflight, progress, sandbox
-from chaosckpt.conductor.trial import TrialOptions, render, run_trial
+from chaosckpt.conductor.runs import invocation, preflight, progress
+
+if TYPE_CHECKING:
+    from chaosckpt.conductor.trial.options import TrialOptions
 
 
 @click.command("run", epilog=EXIT_CODES)
@@ -25,50 +27,11 @@ from chaosckpt.conductor.trial import TrialOptions, render, run_trial
               help="Built-in scenario name (see `chaosckpt scenarios`) or a scenario TOML file.")
 @click.option("-p", "--param", "params", multiple=True, metavar="KEY=VALUE",
               help="Override a scenario parameter, e.g. -p save=3 -p fraction=0.25 -p write=5.")
-@click.option("--resume-args", default=None, metavar="ARGS",
-              help="Arguments appended to the command for the resume run, e.g. --resume-args=--init_from=resume.")
-@click.option("--resume-cmd", default=None, metavar="CMD",
-              help="A different command for the resume run, e.g. --resume-cmd 'bash resume.sh'.")
-@click.option("--timeout", default=None, type=float, metavar="SECONDS",
-              help="Per-run limit (default 3600); past it the job's process tree is killed and the trial is inconclusive.")
-@click.option("--tolerance", default=None, type=float, metavar="REL",
-              help="Relative tolerance for comparing losses and parameters; 0 (default) means bitwise.")
-@click.option("--out", default=None, type=click.Path(path_type=Path),
-              help="Folder the results go into, one subfolder per invocation (default chaosckpt-results).")
-@click.option("--workdir", default=None, type=click.Path(path_type=Path),
-              help="The job's working directory, copied into a private sandbox for every run (default: the config file's folder, else .).")
-@click.option("--keep-sandbox", is_flag=True, help="Keep the sandbox copies (with the faulted checkpoints) in the results.")
-@click.option("--sweep", is_flag=True,
-              help="Crash after every operation of the save in turn and report what a restarted job finds for each.")
-@click.option("--max-resumes", default=3, show_default=True, type=click.IntRange(0), metavar="N",
-              help="With --sweep: run full resumes for at most N distinct disk states (the rest get a load check).")
-@click.option("--ckpt-dir", "ckpt_dirs", multiple=True, metavar="DIR",
-              help="A checkpoint directory (under --workdir) the power-loss model rewrites, besides those the job saved into.")
-@click.option("--map", "maps", multiple=True, type=click.Path(path_type=Path), metavar="DIR",
-              help="A folder outside --workdir the job writes into: its writes land in the sandbox through an overlay.")
-@click.option("--exclude", "excludes", multiple=True, type=click.Path(path_type=Path), metavar="PATH",
-              help="A path under --workdir left out of the sandbox, such as a checkpoint an earlier training left.")
-@click.option("--nproc", type=int, default=None, metavar="N",
-              help="Run SCRIPT.py as N ranks on this machine, through torch.distributed.run --standalone.")
-@click.option("--nnodes", type=int, default=None, metavar="N",
-              help="Run the job on N machines: with --nproc, N x nproc ranks through torch.distributed.run, "
-                   "each node's rank and the rendezvous at node 0 filled in by chaosckpt (see Multi-node jobs).")
-@click.option("--hosts", default=None, metavar="A,B,...",
-              help="The nodes' machines, node 0 first (default: the Slurm allocation with --node-cmd, else this machine).")
-@click.option("--node-cmd", default=None, metavar="TEMPLATE",
-              help="What starts a node on its machine, e.g. 'ssh {host}' or 'srun -N1 -n1 -w {host}' "
-                   "(default: a separate process group on this machine).")
-@click.option("--listen", default=None, metavar="ADDRESS",
-              help="The address the nodes reach chaosckpt at (default: 127.0.0.1 for local nodes, else this host's name).")
+@options.click_options("run")
 @click.option("--config", "config_path", type=click.Path(path_type=Path), metavar="FILE",
               help="chaosckpt.toml or pyproject.toml to read (default: the nearest one from here up), as suite does.")
-@click.option("--horizon", "horizon_value", default=None, metavar="N|end",
-              help="Steps compared after the resume point: each run stops that far past the point it matters for; "
-                   f"'end' runs every run to the job's end (default {horizons.DEFAULT}).")
 @click.option("--json", "as_json", is_flag=True, help="Print only the result document, as JSON, on stdout.")
-def command(args, scenario_name, params, resume_args, resume_cmd, timeout, tolerance, out, workdir, keep_sandbox, sweep,
-            max_resumes, ckpt_dirs, maps, excludes, nproc, nnodes, hosts, node_cmd, listen, config_path, horizon_value,
-            as_json):
+def command(args, scenario_name, params, config_path, as_json, **given):
     """Run a training job, inject a fault, resume it, and score the recovery.
 
     \b
@@ -90,38 +53,15 @@ def command(args, scenario_name, params, resume_args, resume_cmd, timeout, toler
     chaosckpt.toml), the job, its resume command, nproc, timeout and tolerance
     come from there: chaosckpt run -s enospc needs nothing else.
     """
-    if timeout is not None:
-        invocation.check_seconds("--timeout", timeout)
-    if tolerance is not None:
-        invocation.check_tolerance("--tolerance", tolerance)
-    conf = configs.with_command_line(
-        config_path, Path.cwd(), command=tuple(args) or None, nproc=nproc, timeout=timeout, tolerance=tolerance,
-        results=out, workdir=workdir, resume_args=invocation.split_tuple("--resume-args", resume_args),
-        resume_command=invocation.split_tuple("--resume-cmd", resume_cmd), horizon=horizon_value,
-        map=tuple(maps) or None, exclude=tuple(excludes) or None)
-    workdir = conf.workdir.resolve()
-    if not workdir.is_dir():
-        raise UsageError(f"--workdir {workdir} is not a directory")
-    overrides = dict(scenarios.parse_param(p) for p in params)
-    scen = scenarios.load(scenario_name, overrides)
-    base = Path(conf.source).parent if conf.source and not args else None
-    cluster = clusters.from_options(nnodes, hosts, node_cmd, listen)
-    command = clusters.with_nodes(invocation.job_command(list(conf.command), workdir, base), conf.nproc, cluster)
-    resume = invocation.resume_command(command, conf.resume_args, conf.resume_command)
-    timeout, tolerance, out = conf.timeout, conf.tolerance, conf.results
-    invocation.check_sweep(scen, sweep)
-    horizon = horizons.parse(conf.horizon, "--horizon")
-    exclude = [out, *invocation.excluded(conf.exclude, workdir)]
-    mapped = sandbox.maps(workdir, conf.map, out.resolve())
-    watched = invocation.ckpt_dirs(ckpt_dirs, workdir)
-    results = invocation.results_dir(out, scen.name)
-    opts = TrialOptions(command, resume, workdir, results, timeout, tolerance, keep_sandbox, exclude=exclude,
-                        ckpt_dirs=watched, sweep=sweep, max_resumes=max_resumes, maps=[Path(m) for m in mapped],
-                        horizon=horizon, progress=progress.wanted(as_json), cluster=cluster)
+    from chaosckpt.conductor.trial import render, run_trial  # imports torch: only a command that runs a trial needs it
+
+    scen, opts = prepare(args, scenario_name, params, config_path, as_json, given)
+    results = opts.results_dir
     if not as_json:
-        click.echo(f"chaosckpt: {scen.name} on {shlex.join(command)} (results in {os.path.relpath(results)})", err=True)
-        survey = preflight.survey(workdir, [*exclude, results], results / "sandboxes")
-        click.echo(f"chaosckpt: {preflight.line(survey, mapped)}", err=True)
+        click.echo(f"chaosckpt: {scen.name} on {shlex.join(opts.command)} (results in {os.path.relpath(results)})",
+                   err=True)
+        survey = preflight.survey(opts.workdir, [*opts.exclude, results], results / "sandboxes")
+        click.echo(f"chaosckpt: {preflight.line(survey, [str(m) for m in opts.maps])}", err=True)
     trial = run_trial(scen, opts)
     doc = document([trial])
     atomic.write_text(results / "result.json", json.dumps(doc, indent=2) + "\n")
@@ -131,3 +71,21 @@ def command(args, scenario_name, params, resume_args, resume_cmd, timeout, toler
         for line in render.text(trial):
             click.echo(line)
     sys.exit(int(exit_code([trial.status])))
+
+
+def prepare(args: Tuple[str, ...], scenario_name: str, params: Tuple[str, ...], config_path: Optional[Path],
+            as_json: bool, given: Dict[str, Any]) -> Tuple[scenarios.Scenario, TrialOptions]:
+    """The scenario and the trial's options the command line asks for (``given``: the options of
+    ``options.click_options``), on top of the configuration file; the results folder is made."""
+    from chaosckpt.conductor.trial.options import from_spec
+
+    conf = configs.with_command_line(config_path, Path.cwd(), command=tuple(args) or None, **options.from_cli(given))
+    workdir = conf.workdir.resolve()
+    if not workdir.is_dir():
+        raise UsageError(f"--workdir {workdir} is not a directory")
+    scen = scenarios.load(scenario_name, dict(scenarios.parse_param(p) for p in params))
+    invocation.check_sweep(scen, bool(given["sweep"]))
+    spec = options.trial_spec(conf, workdir, Path(conf.source).parent if conf.source and not args else None,
+                              sweep=bool(given["sweep"]))
+    results = invocation.results_dir(conf.results, scen.name)
+    return scen, from_spec({**spec, "results_dir": str(results)}, progress.wanted(as_json))

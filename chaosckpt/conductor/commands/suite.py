@@ -14,14 +14,14 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import click
 
-from chaosckpt.conductor import config as configs, scenario as scenarios
+from chaosckpt.conductor import config as configs, options, scenario as scenarios
 from chaosckpt.conductor.commands import report as report_command
 from chaosckpt.conductor.errors import EXIT_CODES, ExitCode, UsageError, exit_code, shown
 from chaosckpt.conductor.results import atomic, history, stored, timestamps
 from chaosckpt.conductor.results.envelope import envelope
 from chaosckpt.conductor.results.plan import Plan, PlannedTrial, scenario_label, trial_ids
 from chaosckpt.conductor.results.result import document
-from chaosckpt.conductor.runs import cache, horizon as horizons, invocation, leftovers, locks, logcap, sandbox
+from chaosckpt.conductor.runs import cache, invocation, leftovers, locks, logcap
 from chaosckpt.conductor.suite import keywords
 from chaosckpt.conductor.suite.runner import (Finished, Suite, completed_saves, prepare_reference, random_points,
                                               trigger_keys)
@@ -64,9 +64,13 @@ def _new_plan(conf: configs.SuiteConfig, from_cli: bool, params: Dict[str, Any])
     workdir = conf.workdir.resolve()
     if not workdir.is_dir():
         raise UsageError(f"workdir {conf.workdir} is not a directory")
-    command, args = _job(conf, from_cli, workdir)
-    command = invocation.with_ranks(command, conf.nproc if conf.nproc != 1 else None)
-    resume = invocation.resume_command(command, conf.resume_args, conf.resume_command)
+    multi_node = [name for name in options.MULTI_NODE if getattr(conf, name) is not None]
+    if multi_node:
+        raise UsageError(f"{multi_node[0]} is for chaosckpt run: a suite runs its shared reference on this machine; "
+                         "run each multi-node trial with chaosckpt run --nnodes")
+    _, args = _job(conf, from_cli, workdir)
+    spec = options.trial_spec(conf, workdir, None if from_cli or conf.source is None else Path(conf.source).parent)
+    command, resume = spec["command"], spec["resume_command"]
     if conf.resume_command is not None:
         resume_option = [f"--resume-cmd={shlex.join(conf.resume_command)}"]
     elif conf.resume_args:
@@ -75,14 +79,12 @@ def _new_plan(conf: configs.SuiteConfig, from_cli: bool, params: Dict[str, Any])
         resume_option = []
     base = Path(conf.source).parent if conf.source else Path.cwd()
     trials = _plan_trials(conf, base, params)
-    results = conf.results.resolve()
-    exclude = [str(p) for p in invocation.excluded(conf.exclude, workdir)]
-    maps = sandbox.maps(workdir, conf.map, results)
-    parts = cache.key_parts(command, resume, maps, exclude)
+    exclude = spec["exclude"][1:]
+    parts = cache.key_parts(command, resume, spec["maps"], exclude)
     plan = Plan(args=args, command=command, resume_command=resume, resume_option=resume_option, workdir=str(workdir),
-                results=str(results), timeout=float(conf.timeout), tolerance=float(conf.tolerance), nproc=conf.nproc,
-                seed=conf.seed, trials=trials, reference_key=cache.key(parts), created=timestamps.now(),
-                horizon=horizons.parse(conf.horizon, "horizon"), maps=maps, exclude=exclude, share=conf.share)
+                results=str(conf.results.resolve()), timeout=float(conf.timeout), tolerance=float(conf.tolerance),
+                nproc=conf.nproc, seed=conf.seed, trials=trials, reference_key=cache.key(parts), created=timestamps.now(),
+                horizon=spec["horizon"], maps=spec["maps"], exclude=exclude, share=conf.share, options=spec)
     return plan, parts
 
 
@@ -140,18 +142,10 @@ def _line(item: Finished) -> str:
 @click.option("-s", "--scenario", "scenario_names", multiple=True, metavar="NAME|FILE.toml",
               help="Run these scenarios instead of the configured ones (repeatable; default: all built-in ones).")
 @click.option("-p", "--param", "params", multiple=True, metavar="KEY=VALUE", help="Override a parameter of every scenario.")
-@click.option("--resume-args", default=None, metavar="ARGS", help="Arguments appended to the command for resume runs.")
-@click.option("--resume-cmd", default=None, metavar="CMD", help="A different command for resume runs.")
-@click.option("--nproc", type=int, default=None, help="Ranks per run, launched through torch.distributed.run (SCRIPT.py jobs).")
-@click.option("--timeout", type=float, default=None, metavar="SECONDS", help="Per-run limit (default 3600).")
-@click.option("--tolerance", type=float, default=None, metavar="REL", help="Relative tolerance; 0 (default) is bitwise.")
-@click.option("--out", type=click.Path(path_type=Path), default=None, help="Results folder (default chaosckpt-results).")
-@click.option("--workdir", type=click.Path(path_type=Path), default=None, help="The job's working directory (default: the config file's folder, else .).")
+@options.click_options("suite")
 @click.option("-j", "--jobs", type=int, default=None, help="Trials run in parallel (default 1).")
 @click.option("--trials", type=int, default=None, metavar="N", help="Run N trials of each scenario at seeded random fault points.")
 @click.option("--seed", type=int, default=None, help="Seed of the random fault points (default: a new one, printed).")
-@click.option("--horizon", "horizon_value", default=None, metavar="N|end",
-              help=f"Steps compared after each resume point (default {horizons.DEFAULT}); 'end' runs every run to the job's end.")
 @click.option("--share/--no-share", default=None,
               help="Kills, power losses and sweeps of the same save share one journaled faulted run (default); "
                    "--no-share runs each alone.")
@@ -159,13 +153,12 @@ def _line(item: Finished) -> str:
 @click.option("-k", "keyword", default=None, metavar="EXPR",
               help='Only trials whose id or scenario matches EXPR, as pytest\'s -k: -k "enospc and not late".')
 @click.option("--fresh-reference", is_flag=True, help="Run the reference again even when a cached one matches.")
-@click.option("--keep-sandbox", is_flag=True, help="Keep the sandbox copies (with the faulted checkpoints).")
 @click.option("--html", "html_path", type=click.Path(path_type=Path), default=None, help="HTML report path (default: in the suite's folder).")
 @click.option("--junit", "junit_path", type=click.Path(path_type=Path), default=None, help="JUnit XML path (default: in the suite's folder).")
 @click.option("--markdown", "markdown_path", type=click.Path(path_type=Path), default=None, help="Markdown summary path (default: in the suite's folder).")
 @click.option("--json", "as_json", is_flag=True, help="Print only one JSON document on stdout: the verdicts and where the reports are.")
-def command(args, config_path, scenario_names, params, resume_args, resume_cmd, nproc, timeout, tolerance, out, workdir,
-            jobs, trials, seed, horizon_value, share, resume_suite, keyword, fresh_reference, keep_sandbox, html_path, junit_path, markdown_path, as_json):
+def command(args, config_path, scenario_names, params, jobs, trials, seed, share, resume_suite, keyword, fresh_reference,
+            html_path, junit_path, markdown_path, as_json, **given):
     """Run every configured scenario against the job, then write HTML, JUnit and Markdown reports.
 
     \b
@@ -182,20 +175,15 @@ def command(args, config_path, scenario_names, params, resume_args, resume_cmd, 
     """
     started = time.monotonic()
     conf = configs.with_command_line(
-        config_path, Path.cwd(),
-        command=tuple(args) or None,
-        resume_args=invocation.split_tuple("--resume-args", resume_args),
-        resume_command=invocation.split_tuple("--resume-cmd", resume_cmd),
-        nproc=nproc, timeout=timeout, tolerance=tolerance, results=out, workdir=workdir, jobs=jobs, trials=trials,
-        seed=seed, scenarios=tuple(configs.ScenarioEntry(n) for n in scenario_names) or None, horizon=horizon_value,
-        share=share,
-    )
+        config_path, Path.cwd(), command=tuple(args) or None, jobs=jobs, trials=trials, seed=seed,
+        scenarios=tuple(configs.ScenarioEntry(n) for n in scenario_names) or None, share=share,
+        **options.from_cli(given))
     if keyword is not None:
         keywords.matcher(keyword)  # a malformed expression is refused before anything runs
     if resume_suite:
-        suite, parts = _resumed(conf, keep_sandbox)
+        suite, parts = _resumed(conf)
     else:
-        suite, parts = _started(conf, bool(args), dict(scenarios.parse_param(p) for p in params), keep_sandbox, keyword)
+        suite, parts = _started(conf, bool(args), dict(scenarios.parse_param(p) for p in params), keyword)
     plan = suite.plan
     try:
         _reference(suite, parts, fresh_reference and not resume_suite, keyword, resume_suite)
@@ -255,8 +243,7 @@ def _matching(trials: List[PlannedTrial], keyword: str) -> List[PlannedTrial]:
     return chosen
 
 
-def _started(conf, from_cli: bool, params: Dict[str, Any], keep_sandbox: bool,
-             keyword: Optional[str]) -> Tuple[Suite, Dict[str, object]]:
+def _started(conf, from_cli: bool, params: Dict[str, Any], keyword: Optional[str]) -> Tuple[Suite, Dict[str, object]]:
     plan, parts = _new_plan(conf, from_cli, params)
     if keyword is not None and not conf.trials:
         plan.trials = _matching(plan.trials, keyword)  # before the reference runs: a typo costs nothing
@@ -266,7 +253,7 @@ def _started(conf, from_cli: bool, params: Dict[str, Any], keep_sandbox: bool,
     if conf.trials:
         plan.draw = conf.trials
         plan.seed = conf.seed if conf.seed is not None else random.randrange(2**31)
-    suite = Suite(folder, plan, jobs=conf.jobs, keep_sandbox=keep_sandbox)
+    suite = Suite(folder, plan, jobs=conf.jobs, keep_sandbox=conf.keep_sandbox)
     suite.save_plan()  # before the reference run, so a suite killed during it can be resumed
     return suite, parts
 
@@ -290,7 +277,7 @@ def _reference(suite: Suite, parts: Dict[str, object], fresh: bool, keyword: Opt
         suite.selected = {t.id for t in _matching(suite.pending(), keyword)}
 
 
-def _resumed(conf, keep_sandbox: bool) -> Tuple[Suite, Dict[str, object]]:
+def _resumed(conf) -> Tuple[Suite, Dict[str, object]]:
     results = conf.results.resolve()
     leftovers.report(results)
     folder = _interrupted(results)
@@ -299,7 +286,7 @@ def _resumed(conf, keep_sandbox: bool) -> Tuple[Suite, Dict[str, object]]:
     except locks.Busy as exc:
         raise UsageError(f"suite {folder} is being run by another chaosckpt (pid {exc.pid or 'unknown'}); wait for "
                          "it to finish, or stop it and run chaosckpt suite --resume again") from None
-    suite = Suite.open(folder, jobs=conf.jobs, keep_sandbox=keep_sandbox)
+    suite = Suite.open(folder, jobs=conf.jobs, keep_sandbox=conf.keep_sandbox)
     plan = suite.plan
     parts = cache.key_parts(plan.command, plan.resume_command, plan.maps, plan.exclude)
     reference = folder / "reference"

@@ -9,7 +9,6 @@ checkpoint folders. A node that loses its conductor kills its tree: nothing outl
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
@@ -155,24 +154,17 @@ def serve(wire: wires.Wire, node: int) -> int:
         wire.close()
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="chaosckpt node", description=__doc__.splitlines()[0])
-    parser.add_argument("--conductor", required=True, metavar="HOST:PORT", help="where the conductor listens")
-    parser.add_argument("--node-rank", type=int, required=True, metavar="K", help="this machine's node rank")
-    args = parser.parse_args(argv)
+def main(conductor: str, node_rank: int) -> int:
+    """Serve node ``node_rank`` of the trial whose conductor listens at ``conductor``; the exit status for the shell."""
     token = sys.stdin.readline().strip()
     if not token:
         print("chaosckpt node: no token on stdin: the conductor writes the trial's token as the first line", file=sys.stderr)
         return 2
     try:
-        wire = wires.connect(args.conductor, token, args.node_rank)
+        wire = wires.connect(conductor, token, node_rank)
     except (OSError, wires.WireError) as exc:
-        print(f"chaosckpt node: cannot reach the conductor at {args.conductor}: {getattr(exc, 'strerror', None) or exc}; "
+        print(f"chaosckpt node: cannot reach the conductor at {conductor}: {getattr(exc, 'strerror', None) or exc}; "
               "check that this machine can reach that address (chaosckpt run --listen)", file=sys.stderr)
         return 3
     with launcher.subreaper():
-        return serve(wire, args.node_rank)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        return serve(wire, node_rank)

@@ -65,6 +65,8 @@ class Plan:
     """Paths under ``workdir`` left out of the sandboxes."""
     share: bool = True
     """Trials that kill the job inside the same save share one faulted run (``trial.shared``)."""
+    options: Dict[str, Any] = field(default_factory=dict)
+    """The options every trial runs with (``options.trial_spec``); each worker's spec adds its own."""
     format: int = FORMAT
     chaosckpt: str = __version__
 
@@ -76,7 +78,12 @@ class Plan:
         known = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in data.items() if k in known}
         values["trials"] = [PlannedTrial(**t) for t in data["trials"]]
-        return cls(**values)
+        plan = cls(**values)
+        if not plan.options:  # a suite stored before the plan held its trials' options
+            plan.options = {"command": plan.command, "resume_command": plan.resume_command, "workdir": plan.workdir,
+                            "timeout_s": plan.timeout, "tolerance": plan.tolerance, "horizon": plan.horizon,
+                            "exclude": [plan.results, *plan.exclude], "maps": plan.maps}
+        return plan
 
     def replay(self, trial: PlannedTrial) -> str:
         """The one command line that runs exactly this trial again, from the current folder."""

@@ -109,20 +109,9 @@ class Suite:
         spec = {
             "scenario": trial.scenario,
             "params": trial.params,
-            "command": self.plan.command,
-            "resume_command": self.plan.resume_command,
-            "workdir": self.plan.workdir,
-            "results_dir": str(folder),
-            "timeout": self.plan.timeout,
-            "tolerance": self.plan.tolerance,
-            "nproc": self.plan.nproc,
-            "keep_sandbox": self.keep_sandbox or folder == prefix,
-            "reference": str(self.folder / "reference"),
-            "horizon": self.plan.horizon,
-            "exclude": [self.plan.results, *self.plan.exclude],
-            "maps": self.plan.maps,
-            "prefix": None if prefix is None else str(prefix),
-            "sweep": trial.sweep,
+            "options": {**self.plan.options, "results_dir": str(folder), "keep_sandbox": self.keep_sandbox or folder == prefix,
+                        "reference": str(self.folder / "reference"), "prefix": None if prefix is None else str(prefix),
+                        "sweep": trial.sweep},
         }
         path = folder / "spec.json"
         atomic.write_text(path, json.dumps(spec, indent=2) + "\n")

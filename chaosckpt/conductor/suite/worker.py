@@ -11,34 +11,38 @@ import json
 import signal
 import sys
 from pathlib import Path
-from typing import Any, List
+from typing import TYPE_CHECKING, Any, List
 
 from chaosckpt.conductor import scenario as scenarios
 from chaosckpt.conductor.errors import ExitCode, exit_code
 from chaosckpt.conductor.results import atomic
 from chaosckpt.conductor.results.result import document
-from chaosckpt.conductor.runs import diskspace, horizon, signals
+from chaosckpt.conductor.runs import diskspace, signals
+
+if TYPE_CHECKING:
+    from chaosckpt.conductor.trial.options import TrialOptions
 
 
 def worker(spec_path: Path) -> int:
     """One trial, as a suite's worker runs it: ``result.json`` is written atomically when the verdict is in; or,
     where the spec's ``prefix`` is its own folder, the faulted run a group of trials shares."""
-    from chaosckpt.conductor.trial import TrialOptions, run_trial, shared
+    from chaosckpt.conductor.trial import run_trial, shared
 
     spec = json.loads(spec_path.read_text())
     scen = scenarios.load(spec["scenario"], spec["params"])
-    opts = TrialOptions(
-        spec["command"], spec["resume_command"], Path(spec["workdir"]), Path(spec["results_dir"]),
-        spec["timeout"], spec["tolerance"], spec["keep_sandbox"], reference=Path(spec["reference"]),
-        exclude=[Path(p) for p in spec["exclude"]], horizon=spec.get("horizon", horizon.DEFAULT),
-        maps=[Path(p) for p in spec.get("maps", [])],
-        prefix=Path(spec["prefix"]) if spec.get("prefix") else None, sweep=spec.get("sweep", False),
-    )
+    opts = from_spec(spec_path)
     if opts.prefix == opts.results_dir:
         return shared.make_prefix(scen, opts)
     trial = run_trial(scen, opts)
     atomic.write_text(opts.results_dir / "result.json", json.dumps(document([trial]), indent=2) + "\n")
     return int(exit_code([trial.status]))
+
+
+def from_spec(spec_path: Path) -> "TrialOptions":
+    """The trial's options in a worker's ``spec.json``."""
+    from chaosckpt.conductor.trial import options
+
+    return options.from_spec(json.loads(spec_path.read_text())["options"])
 
 
 def _interrupt_once(signum: int, frame: Any) -> None:

@@ -1,10 +1,11 @@
-"""What a trial is given (``TrialOptions``) and how a step ends it early (``Stop``)."""
+"""What a trial is given (``TrialOptions``, built from its JSON spec by ``from_spec``) and how a step ends it early
+(``Stop``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 from chaosckpt.conductor.nodes.cluster import Cluster
 from chaosckpt.conductor.results.result import Reason
@@ -45,6 +46,28 @@ class TrialOptions:
     prefix: Optional[Path] = None
     """A suite's shared faulted run of the trial's save (``shared``): the crash state is rebuilt from its
     journal instead of running the job up to the fault again."""
+
+
+_PATHS = ("workdir", "results_dir", "reference", "prefix")
+_PATH_LISTS = ("exclude", "maps")
+
+
+def from_spec(spec: Mapping[str, Any], progress: Optional[RunProgress] = None) -> TrialOptions:
+    """A trial's options from their JSON form (``options.trial_spec``, a suite worker's ``spec.json``): the one
+    place they are built, whichever way in (``run``, ``chaosckpt.run``, a suite) they came by."""
+    known = {f.name for f in fields(TrialOptions)}
+    unknown = sorted(set(spec) - known)
+    if unknown:
+        raise ValueError(f"not options of a trial: {', '.join(unknown)}")
+    values: Dict[str, Any] = dict(spec)
+    for name in _PATHS:
+        if values.get(name) is not None:
+            values[name] = Path(values[name])
+    for name in _PATH_LISTS:
+        values[name] = [Path(p) for p in values.get(name, [])]
+    if values.get("cluster") is not None:
+        values["cluster"] = Cluster(**values["cluster"])
+    return TrialOptions(**values, progress=progress)
 
 
 class Stop(Exception):
