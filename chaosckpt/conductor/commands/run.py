@@ -106,7 +106,12 @@ def command(args, scenario_name, params, resume_args, resume_cmd, timeout, toler
     scen = scenarios.load(scenario_name, overrides)
     base = Path(conf.source).parent if conf.source and not args else None
     cluster = clusters.from_options(nnodes, hosts, node_cmd, listen)
-    command = clusters.with_nodes(invocation.job_command(list(conf.command), workdir, base), conf.nproc, cluster)
+    job = invocation.job_command(list(conf.command), workdir, base)
+    nodes = cluster.nnodes if cluster else 1
+    unmet = scen.unmet(nodes, invocation.known_ranks(job, conf.nproc, nodes))
+    if unmet:
+        raise UsageError(unmet)  # before any run: the trial could only end inconclusive, or test another fault
+    command = clusters.with_nodes(job, conf.nproc, cluster)
     resume = invocation.resume_command(command, conf.resume_args, conf.resume_command)
     timeout, tolerance, out = conf.timeout, conf.tolerance, conf.results
     invocation.check_sweep(scen, sweep)
