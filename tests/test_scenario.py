@@ -89,3 +89,14 @@ def test_what_a_scenario_needs_comes_from_its_file_its_fault_kind_and_its_trigge
     assert node.needs.nodes == 2 and "--nnodes N" in node.unmet(1, 1) and node.unmet(2, 2) is None
     with pytest.raises(UsageError, match=r"x.toml: needs.ranks must be a whole number >= 1, got \"2\""):
         scenario.parse('name = "x"\nfault = "kill"\n[needs]\nranks = "2"\n', "x.toml")
+
+
+def test_a_job_that_never_saved_is_told_so_and_what_to_check():
+    from chaosckpt.conductor.faults import arming, placement
+    from chaosckpt.conductor.runs.runlog import RunLog
+
+    for place in (lambda s: arming.arm(s, RunLog([]), None), lambda s: placement.resolve(s, RunLog([]))):
+        with pytest.raises(arming.NotArmable) as caught:
+            place(scenario.load("kill9-mid-save", {"save": -1}))
+        assert str(caught.value).startswith("the job never saved a checkpoint in its reference run")
+        assert "N <=" not in str(caught.value)

@@ -19,6 +19,15 @@ from chaosckpt.conductor.runs import horizon as horizons, invocation, preflight,
 from chaosckpt.conductor.trial import TrialOptions, render, run_trial
 
 
+def _refuse_unfit(scen: scenarios.Scenario, job: list, nproc: int, cluster) -> None:
+    """A scenario that needs more machines or ranks than the job has is refused before any run: the trial could
+    only end inconclusive, or test another fault than the one it names."""
+    nodes = cluster.nnodes if cluster else 1
+    unmet = scen.unmet(nodes, invocation.known_ranks(job, nproc, nodes))
+    if unmet:
+        raise UsageError(unmet)
+
+
 @click.command("run", epilog=EXIT_CODES)
 @click.argument("args", nargs=-1, type=click.UNPROCESSED, metavar="[SCRIPT.py] [-- ARGS...]")
 @click.option("-s", "--scenario", "scenario_name", required=True, metavar="NAME|FILE.toml",
@@ -107,10 +116,7 @@ def command(args, scenario_name, params, resume_args, resume_cmd, timeout, toler
     base = Path(conf.source).parent if conf.source and not args else None
     cluster = clusters.from_options(nnodes, hosts, node_cmd, listen)
     job = invocation.job_command(list(conf.command), workdir, base)
-    nodes = cluster.nnodes if cluster else 1
-    unmet = scen.unmet(nodes, invocation.known_ranks(job, conf.nproc, nodes))
-    if unmet:
-        raise UsageError(unmet)  # before any run: the trial could only end inconclusive, or test another fault
+    _refuse_unfit(scen, job, conf.nproc, cluster)
     command = clusters.with_nodes(job, conf.nproc, cluster)
     resume = invocation.resume_command(command, conf.resume_args, conf.resume_command)
     timeout, tolerance, out = conf.timeout, conf.tolerance, conf.results

@@ -227,8 +227,7 @@ def command(args, config_path, scenario_names, params, resume_args, resume_cmd, 
         suite, parts = _started(conf, bool(args), dict(scenarios.parse_param(p) for p in params), keep_sandbox, keyword)
     plan = suite.plan
     try:
-        if suite.pending():
-            _reference(suite, parts, fresh_reference and not resume_suite, keyword, resume_suite)
+        _reference(suite, parts, fresh_reference and not resume_suite, keyword, resume_suite)
         runnable = [t for t in plan.trials if not t.skipped]
         done = len(runnable) - len(suite.pending())
         if resume_suite:
@@ -309,6 +308,8 @@ def _started(conf, from_cli: bool, params: Dict[str, Any], keep_sandbox: bool,
 def _reference(suite: Suite, parts: Dict[str, object], fresh: bool, keyword: Optional[str], resumed: bool) -> None:
     """The suite's reference run, then the random fault points drawn from it (once), and ``-k`` on a resume."""
     plan = suite.plan
+    if not suite.pending():
+        return  # every trial skipped or done: nothing needs a reference
     click.echo("chaosckpt: reference run: the job once without a fault, which every trial is compared with ...",
                err=True)
     cached = prepare_reference(suite.folder, plan, parts, fresh, random=bool(plan.draw))
