@@ -113,3 +113,27 @@ def test_every_help_page_is_clicks_and_the_reading_commands_state_their_exit_cod
     res = run_chaosckpt([name, "--help"], cwd=tmp_path)
     assert res.returncode == 0
     assert res.stdout.startswith(f"Usage: chaosckpt {name} [OPTIONS]") and expected in res.stdout
+
+
+@pytest.mark.parametrize("scenario, needs, flag", [("node-loss", "2 or more machines", "--nnodes N"),
+                                                    ("node-power-loss", "2 or more machines", "--nnodes N"),
+                                                    ("rank-epoch-skew", "2 or more ranks", "--nproc N")])
+def test_a_scenario_the_job_is_too_small_for_is_refused_before_any_run(project, scenario, needs, flag):
+    line = usage_error(project, "run", "train.py", "-s", scenario)
+    assert needs in line and flag in line and "trigger." not in line
+    assert not (project / "chaosckpt-results").exists()  # no reference, no faulted run spent
+
+
+def test_a_misspelled_scenario_gets_the_close_match(project):
+    assert "unknown scenario 'kil9-mid-save'; did you mean kill9-mid-save?" in usage_error(
+        project, "run", "train.py", "-s", "kil9-mid-save")
+
+
+def test_a_bad_parameter_is_blamed_on_the_flag_or_the_file_that_gave_it(project):
+    line = usage_error(project, "run", "train.py", "-s", "kill9-mid-save", "-p", "save=0")
+    assert line.startswith("chaosckpt: error: --param save=0: trigger.save") and "scenarios/" not in line
+    (project / "chaosckpt.toml").write_text('command = ["train.py"]\n[[scenarios]]\nscenario = "kill9-mid-save"\n'
+                                            'params = { save = 0 }\n')
+    line = usage_error(project, "suite")
+    assert f"{project / 'chaosckpt.toml'}: params of kill9-mid-save: save = 0: trigger.save must be" in line
+    assert "scenarios/kill9-mid-save.toml" not in line

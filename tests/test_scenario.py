@@ -75,3 +75,28 @@ def test_each_fault_takes_only_its_own_trigger_keys():
         scenario.load("power-loss", {"model": "eventual"})
     assert scenario.load("power-loss", {"op": 3}).params()["trigger"] == {"save": 2, "op": 3, "model": "ordered"}
     assert scenario.load("enospc", {"free_bytes": 0}).trigger.free_bytes == 0
+
+
+def test_what_a_scenario_needs_comes_from_its_file_its_fault_kind_and_its_trigger():
+    assert scenario.load("node-loss").needs == scenario.Needs(nodes=2)
+    assert scenario.load("rank-epoch-skew").needs == scenario.Needs(ranks=2)
+    assert scenario.load("kill9-mid-save").needs == scenario.Needs()
+    # a file of one's own without [needs]: its rank-skew fault, or a trigger naming a node, still needs them
+    own = scenario.parse('name = "skew"\nfault = "rank-skew"\n', "skew.toml")
+    assert own.needs == scenario.Needs(ranks=2) and own.unmet(1, 2) is None and own.unmet(1, None) is None
+    assert "needs a job of 2 or more ranks and this one runs 1; give --nproc N" in own.unmet(1, 1)
+    node = scenario.load("kill9-mid-save", {"node": 0})
+    assert node.needs.nodes == 2 and "--nnodes N" in node.unmet(1, 1) and node.unmet(2, 2) is None
+    with pytest.raises(UsageError, match=r"x.toml: needs.ranks must be a whole number >= 1, got \"2\""):
+        scenario.parse('name = "x"\nfault = "kill"\n[needs]\nranks = "2"\n', "x.toml")
+
+
+def test_a_job_that_never_saved_is_told_so_and_what_to_check():
+    from chaosckpt.conductor.faults import arming, placement
+    from chaosckpt.conductor.runs.runlog import RunLog
+
+    for place in (lambda s: arming.arm(s, RunLog([]), None), lambda s: placement.resolve(s, RunLog([]))):
+        with pytest.raises(arming.NotArmable) as caught:
+            place(scenario.load("kill9-mid-save", {"save": -1}))
+        assert str(caught.value).startswith("the job never saved a checkpoint in its reference run")
+        assert "N <=" not in str(caught.value)

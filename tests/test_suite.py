@@ -207,3 +207,48 @@ params = { save = 2 }
     assert "later: not run yet; chaosckpt suite --resume runs it" in resumed.stdout
     with sqlite3.connect(project / ".chaosckpt" / "history.sqlite") as db:
         assert db.execute("SELECT COUNT(*) FROM suites").fetchone() == (1,)  # the unfinished suite is not history yet
+
+
+def test_a_one_machine_suite_skips_the_scenarios_that_need_more_nodes_and_says_why(tmp_path):
+    """Every scenario skipped: no run at all, so this needs no training job to start."""
+    shutil.copy(REPO / "tests" / "jobs" / "train_job.py", tmp_path / "train.py")
+    res = run_chaosckpt(["suite", "train.py", "-s", "node-loss", "-s", "node-power-loss", "--out", "out"], cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "chaosckpt: skipping node-loss: node-loss needs a job on 2 or more machines" in res.stderr
+    assert "reference run" not in res.stderr  # nothing to run, so no reference either
+    assert res.stdout.count("SKIPPED node-loss: node-loss needs a job on 2 or more machines and this one runs on 1; "
+                            "run it with chaosckpt run --nnodes N") == 1
+    assert "2 skipped" in res.stdout
+    folder = next((tmp_path / "out").glob("*-suite"))
+    cases = {c.name: c for suite in read_junit(folder / "junit.xml") for c in suite}
+    assert cases["node-power-loss"].result[0].message.startswith("skipped: node-power-loss needs a job on 2 or more")
+    doc = json.loads((folder / "result.json").read_text())
+    assert doc["trials"] == [] and [s["id"] for s in doc["skipped"]] == ["node-loss", "node-power-loss"]
+    assert "| ⏭️ | `node-loss` |" in (folder / "summary.md").read_text()
+
+
+def test_a_run_says_starting_until_its_first_step_and_a_halted_run_stops_at_its_fault():
+    from chaosckpt.conductor.runs import progress
+
+    stop = {"steps": 50, "after": [{"save": 2}]}
+    assert progress.label(0, stop) == "starting"
+    assert progress.label(7, stop) == "step 7 (stops 50 steps after save 2)"
+    assert progress.label(7, stop, {"kind": "halt", "save": 2}) == "step 7 (stops at the fault in save 2)"
+    assert progress.label(7, stop, {"kind": "enospc", "save": 2}) == "step 7 (stops 50 steps after save 2)"
+
+
+def test_off_a_terminal_each_verdict_is_one_line_on_stdout_and_the_summary_does_not_repeat_it(tmp_path, capsys):
+    from chaosckpt.conductor.commands import suite as suite_command
+    from chaosckpt.conductor.results.plan import PlannedTrial
+    from chaosckpt.conductor.suite.runner import Finished
+
+    trial = {"status": "failed", "headline": "FAILED kill9-mid-save: resume crashed",
+             "findings": [{"kind": "torn-checkpoint", "message": "ckpt.pt is torn"}]}
+    planned = PlannedTrial("kill9-mid-save", "kill9-mid-save")
+    progress = suite_command.Progress(1, 0, lambda t: f"chaosckpt run --scenario {t.scenario}")
+    progress.started(planned)
+    progress.finished(Finished(planned, trial, 1, tmp_path / "worker.log"))
+    out, err = capsys.readouterr()
+    assert out.splitlines() == ["[1/1] FAILED kill9-mid-save: resume crashed", "  - torn-checkpoint: ckpt.pt is torn",
+                                "  replay: chaosckpt run --scenario kill9-mid-save"]
+    assert err == "" and progress.streamed == ["kill9-mid-save"]

@@ -7,11 +7,12 @@ Built-in scenarios live in the repository's ``scenarios/`` folder (installed as
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import sys
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Dict, List, Tuple, get_args
+from typing import Any, Dict, List, Optional, Tuple, get_args
 
 from chaosckpt.conductor.errors import UsageError, shown
 from chaosckpt.conductor.results.result import Outcome
@@ -89,8 +90,8 @@ class Trigger:
 
     def check(self, where: str) -> None:
         if not _whole(self.save, -10**9) or self.save == 0:
-            raise UsageError(f"{where}: trigger.save must be a whole number >= 1 (or -k: the k-th save from the end "
-                             f"of the uninterrupted run), got {shown(self.save)}")
+            raise UsageError(f"{where}: trigger.save must be a whole number >= 1 (or negative, -N: the N-th save from "
+                             f"the end of the uninterrupted run), got {shown(self.save)}")
         if self.step is not None and not _whole(self.step, 0):
             raise UsageError(f"{where}: trigger.step must be a whole number >= 0 (the first save at or after that "
                              f"step), got {shown(self.step)}")
@@ -136,6 +137,30 @@ class Expectation:
 
 
 @dataclass(frozen=True)
+class Needs:
+    """What a job must have for the scenario to mean anything: how many machines (``nodes``) and ranks.
+    A job short of them is refused by ``run`` and skipped by ``suite`` before anything runs."""
+
+    nodes: int = 1
+    ranks: int = 1
+
+    def check(self, where: str) -> None:
+        for key in ("nodes", "ranks"):
+            if not _whole(getattr(self, key), 1):
+                raise UsageError(f"{where}: needs.{key} must be a whole number >= 1, got {shown(getattr(self, key))}")
+
+    def at_least(self, other: "Needs") -> "Needs":
+        return Needs(max(self.nodes, other.nodes), max(self.ranks, other.ranks))
+
+
+FAULT_NEEDS = {"rank-skew": Needs(ranks=2)}
+"""What a fault kind needs of any job, whatever its scenario file says: ranks to disagree (the fault
+kinds' registry is to own this with the rest of each kind's declaration)."""
+NODE_NEEDS = Needs(nodes=2)
+"""What a trigger naming one ``node`` needs: a multi-node job."""
+
+
+@dataclass(frozen=True)
 class Scenario:
     name: str
     summary: str
@@ -143,6 +168,19 @@ class Scenario:
     trigger: Trigger
     expect: Expectation
     source: str
+    needs: Needs = Needs()
+    """The scenario's ``[needs]``, raised to what its fault kind and trigger need."""
+
+    def unmet(self, nodes: int, ranks: Optional[int]) -> Optional[str]:
+        """Why this scenario cannot run on a job of ``nodes`` machines and ``ranks`` ranks (None: not known,
+        as for a launcher given after --), in one line naming the flag that gives it; None when it can."""
+        if nodes < self.needs.nodes:
+            return (f"{self.name} needs a job on {self.needs.nodes} or more machines and this one runs on {nodes}; "
+                    f"run it with chaosckpt run --nnodes N (see Multi-node jobs in the README)")
+        if ranks is not None and ranks < self.needs.ranks:
+            return (f"{self.name} needs a job of {self.needs.ranks} or more ranks and this one runs {ranks}; give "
+                    f"--nproc N, or start the ranks with a launcher after -- (-- torchrun --nproc_per_node 2 train.py)")
+        return None
 
     def params(self) -> Dict[str, Any]:
         placed = [k for k in PLACEMENT_KEYS[1:] if getattr(self.trigger, k) is not None] or ["save"]
@@ -180,15 +218,27 @@ def _build(cls, values: Dict[str, Any], section: str, where: str, names: Tuple[s
     return obj
 
 
-def parse(text: str, where: str, overrides: Dict[str, Any] | None = None) -> Scenario:
-    """A scenario from TOML text; ``overrides`` maps ``trigger.save``-style keys to values."""
+def _check_given(overrides: Dict[str, Any], origins: Dict[str, str]) -> None:
+    """Each override checked alone first, so that a bad value is blamed on the flag or the configuration file that
+    gave it (``origins``: key -> where it came from; else ``--param``), not on the scenario file."""
+    for key, value in overrides.items():
+        section, _, name = key.rpartition(".")
+        cls = Expectation if section == "expect" else Trigger
+        if name in {f.name for f in dataclasses.fields(cls)}:
+            _build(cls, {name: value}, section or "trigger", origins.get(key, f"--param {key}={shown(value)}"))
+
+
+def parse(text: str, where: str, overrides: Dict[str, Any] | None = None,
+          origins: Dict[str, str] | None = None) -> Scenario:
+    """A scenario from TOML text; ``overrides`` maps ``trigger.save``-style keys to values, ``origins`` says where
+    each came from (default: ``--param``)."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{where}: not valid TOML: {exc}") from None
     except RecursionError:
         raise UsageError(f"{where}: nested too deeply to read; a scenario is a few flat tables") from None
-    known = {"name", "summary", "fault", "trigger", "expect"}
+    known = {"name", "summary", "fault", "trigger", "expect", "needs"}
     unknown = sorted(set(data) - known)
     if unknown:
         raise UsageError(f"{where}: unknown key '{unknown[0]}' (known: {', '.join(sorted(known))})")
@@ -199,6 +249,7 @@ def parse(text: str, where: str, overrides: Dict[str, Any] | None = None) -> Sce
         raise UsageError(f"{where}: unknown fault '{data['fault']}' (known: {', '.join(FAULTS)})")
     trigger = dict(_table(data, "trigger", where))
     expect = dict(_table(data, "expect", where))
+    _check_given(overrides or {}, origins or {})
     placing = [k for k in (overrides or {}) if k.rpartition(".")[2] in PLACEMENT_KEYS]
     if len(placing) > 1:
         raise UsageError(f"--param {placing[0]} and --param {placing[1]} both place the fault; give one of them")
@@ -214,18 +265,22 @@ def parse(text: str, where: str, overrides: Dict[str, Any] | None = None) -> Sce
         if section == "trigger" and name == "fraction":
             target.pop("write", None)  # an explicit fraction replaces the file's write index
         target[name] = value
+    built = _build(Trigger, trigger, "trigger", where, TRIGGER_KEYS[data["fault"]])
+    needs = _build(Needs, dict(_table(data, "needs", where)), "needs", where)
+    needs = needs.at_least(FAULT_NEEDS.get(data["fault"], Needs()))
     return Scenario(
         name=data["name"],
         summary=str(data.get("summary", "")),
         fault=data["fault"],
-        trigger=_build(Trigger, trigger, "trigger", where, TRIGGER_KEYS[data["fault"]]),
+        trigger=built,
         expect=_build(Expectation, expect, "expect", where),
         source=where,
+        needs=needs.at_least(NODE_NEEDS) if built.node is not None else needs,
     )
 
 
-def load(name_or_path: str, overrides: Dict[str, Any] | None = None) -> Scenario:
-    """A built-in scenario by name, or a scenario file by path."""
+def load(name_or_path: str, overrides: Dict[str, Any] | None = None, origins: Dict[str, str] | None = None) -> Scenario:
+    """A built-in scenario by name, or a scenario file by path; ``overrides`` and ``origins`` as ``parse`` takes them."""
     path = Path(name_or_path)
     if name_or_path.endswith(".toml") or path.is_file():
         if not path.is_file():
@@ -234,13 +289,15 @@ def load(name_or_path: str, overrides: Dict[str, Any] | None = None) -> Scenario
     else:
         path = builtin_dir() / f"{name_or_path}.toml"
         if not path.is_file():
-            raise UsageError(f"unknown scenario '{name_or_path}' (known: {', '.join(builtin_names())})")
+            close = difflib.get_close_matches(name_or_path, builtin_names(), n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            raise UsageError(f"unknown scenario '{name_or_path}'{hint} (known: {', '.join(builtin_names())})")
         where = f"scenarios/{path.name}"
     try:
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"cannot read scenario {where}: {exc}") from None
-    return parse(text, where, overrides)
+    return parse(text, where, overrides, origins)
 
 
 def parse_param(item: str) -> Tuple[str, Any]:

@@ -13,12 +13,24 @@ import click
 
 from chaosckpt.conductor import config as configs, options, scenario as scenarios
 from chaosckpt.conductor.errors import EXIT_CODES, UsageError, exit_code
+from chaosckpt.conductor.nodes import cluster as clusters
 from chaosckpt.conductor.results import atomic
 from chaosckpt.conductor.results.result import document
 from chaosckpt.conductor.runs import invocation, preflight, progress
 
 if TYPE_CHECKING:
     from chaosckpt.conductor.trial.options import TrialOptions
+
+
+def _refuse_unfit(scen: scenarios.Scenario, conf: configs.SuiteConfig, workdir: Path, base: Optional[Path]) -> None:
+    """A scenario that needs more machines or ranks than the job has is refused before any run: the trial could
+    only end inconclusive, or test another fault than the one it names."""
+    cluster = clusters.from_options(conf.nnodes, conf.hosts, conf.node_cmd, conf.listen)
+    nodes = cluster.nnodes if cluster else 1
+    job = invocation.job_command(list(conf.command), workdir, base)
+    unmet = scen.unmet(nodes, invocation.known_ranks(job, conf.nproc, nodes))
+    if unmet:
+        raise UsageError(unmet)
 
 
 @click.command("run", epilog=EXIT_CODES)
@@ -85,7 +97,8 @@ def prepare(args: Tuple[str, ...], scenario_name: str, params: Tuple[str, ...], 
         raise UsageError(f"--workdir {workdir} is not a directory")
     scen = scenarios.load(scenario_name, dict(scenarios.parse_param(p) for p in params))
     invocation.check_sweep(scen, bool(given["sweep"]))
-    spec = options.trial_spec(conf, workdir, Path(conf.source).parent if conf.source and not args else None,
-                              sweep=bool(given["sweep"]))
+    base = Path(conf.source).parent if conf.source and not args else None
+    _refuse_unfit(scen, conf, workdir, base)
+    spec = options.trial_spec(conf, workdir, base, sweep=bool(given["sweep"]))
     results = invocation.results_dir(conf.results, scen.name)
     return scen, from_spec({**spec, "results_dir": str(results)}, progress.wanted(as_json))

@@ -34,17 +34,22 @@ def _scenario_name(name: str, base: Path) -> str:
     return name
 
 
-def _plan_trials(conf: configs.SuiteConfig, base: Path, params: Dict[str, Any]) -> List[PlannedTrial]:
+def _plan_trials(conf: configs.SuiteConfig, base: Path, params: Dict[str, Any],
+                 ranks: Optional[int]) -> List[PlannedTrial]:
+    """Every configured trial, checked; one whose scenario needs more machines or ranks than the job's (``ranks``:
+    None when a launcher of the user's own starts them) is planned as skipped, with the reason."""
     entries = conf.scenarios or tuple(configs.ScenarioEntry(n) for n in scenarios.builtin_names())
     planned = []
     for entry in entries:
         name = _scenario_name(entry.scenario, base)
         overrides = {**entry.params, **params}
-        scen = scenarios.load(name, overrides)  # every trial's scenario and parameters are checked before anything runs
+        origins = {k: f"{conf.source or 'the configuration'}: params of {entry.scenario}: {k} = {shown(v)}"
+                   for k, v in entry.params.items() if k not in params}
+        scen = scenarios.load(name, overrides, origins)  # every trial's scenario and parameters are checked before anything runs
         invocation.check_sweep(scen, entry.sweep)
         label = entry.id or "-".join([scenario_label(name), *(f"{k}={v}" for k, v in overrides.items()),
                                       *(["sweep"] if entry.sweep else [])])
-        planned.append(PlannedTrial(label, name, overrides, entry.sweep))
+        planned.append(PlannedTrial(label, name, overrides, entry.sweep, scen.unmet(1, ranks)))
     for trial, ident in zip(planned, trial_ids([t.id for t in planned])):
         trial.id = ident
     return planned
@@ -68,7 +73,8 @@ def _new_plan(conf: configs.SuiteConfig, from_cli: bool, params: Dict[str, Any])
     if multi_node:
         raise UsageError(f"{multi_node[0]} is for chaosckpt run: a suite runs its shared reference on this machine; "
                          "run each multi-node trial with chaosckpt run --nnodes")
-    _, args = _job(conf, from_cli, workdir)
+    job, args = _job(conf, from_cli, workdir)
+    ranks = invocation.known_ranks(job, conf.nproc)
     spec = options.trial_spec(conf, workdir, None if from_cli or conf.source is None else Path(conf.source).parent)
     command, resume = spec["command"], spec["resume_command"]
     if conf.resume_command is not None:
@@ -78,7 +84,7 @@ def _new_plan(conf: configs.SuiteConfig, from_cli: bool, params: Dict[str, Any])
     else:
         resume_option = []
     base = Path(conf.source).parent if conf.source else Path.cwd()
-    trials = _plan_trials(conf, base, params)
+    trials = _plan_trials(conf, base, params, ranks)
     exclude = spec["exclude"][1:]
     parts = cache.key_parts(command, resume, spec["maps"], exclude)
     plan = Plan(args=args, command=command, resume_command=resume, resume_option=resume_option, workdir=str(workdir),
@@ -100,14 +106,21 @@ def _interrupted(results: Path) -> Path:
 
 
 class Progress:
-    """A progress bar on a terminal; in CI (not a terminal) one plain line per finished trial."""
+    """A progress bar on a terminal, naming the trials running; in CI (not a terminal) each trial's verdict
+    line as it finishes, on stdout (stderr under ``--json``), which the closing summary then does not repeat."""
 
-    def __init__(self, total: int, done: int) -> None:
+    def __init__(self, total: int, done: int, replay: Callable[[PlannedTrial], str], as_json: bool = False) -> None:
         self.total = total
+        self.replay = replay
         self.count = done
+        self.as_json = as_json
+        self.running: List[str] = []
+        self.streamed: List[str] = []
+        """The ids of the trials whose verdict line was printed as they finished."""
         self.bar = None
         if sys.stderr.isatty():
-            self.bar = click.progressbar(length=total, label="chaosckpt suite", show_pos=True, file=sys.stderr)
+            self.bar = click.progressbar(length=total, label="chaosckpt suite", show_pos=True, file=sys.stderr,
+                                         item_show_func=lambda running: running)
 
     def __enter__(self) -> "Progress":
         if self.bar is not None:
@@ -119,12 +132,28 @@ class Progress:
         if self.bar is not None:
             self.bar.__exit__(*exc)
 
+    def _now(self) -> Optional[str]:
+        return f"running {', '.join(self.running)}" if self.running else None
+
+    def started(self, trial: PlannedTrial) -> None:
+        self.running.append(trial.id)
+        if self.bar is not None:
+            self.bar.update(0, self._now())
+
     def finished(self, item: Finished) -> None:
         self.count += 1
+        if item.planned.id in self.running:
+            self.running.remove(item.planned.id)
         if self.bar is not None:
-            self.bar.update(1)
-        else:
-            click.echo(f"[{self.count}/{self.total}] {_line(item)}", err=True)
+            self.bar.update(1, self._now())
+            return
+        click.echo(f"[{self.count}/{self.total}] {_line(item)}", err=self.as_json)
+        if not self.as_json:
+            self.streamed.append(item.planned.id)
+            if item.trial is not None and item.trial["status"] != "passed":
+                for finding in item.trial["findings"]:
+                    click.echo(f"  - {finding['kind']}: {finding['message']}")
+                click.echo(f"  replay: {self.replay(item.planned)}")
 
 
 def _line(item: Finished) -> str:
@@ -187,36 +216,47 @@ def command(args, config_path, scenario_names, params, jobs, trials, seed, share
     plan = suite.plan
     try:
         _reference(suite, parts, fresh_reference and not resume_suite, keyword, resume_suite)
-        done = len(plan.trials) - len(suite.pending())
+        runnable = [t for t in plan.trials if not t.skipped]
+        done = len(runnable) - len(suite.pending())
         if resume_suite:
-            click.echo(f"chaosckpt: resuming suite {suite.folder}: {done} of {len(plan.trials)} trials already done",
+            click.echo(f"chaosckpt: resuming suite {suite.folder}: {done} of {len(runnable)} trials already done",
                        err=True)
-        with Progress(len(plan.trials), done) as progress:
-            finished = suite.run(progress.finished)
+        with Progress(len(runnable), done, plan.replay, as_json) as progress:
+            finished = suite.run(progress.finished, progress.started)
     except KeyboardInterrupt:
         left = len(suite.pending())
         click.echo(f"chaosckpt: suite interrupted with {len(plan.trials) - left} of {len(plan.trials)} trials done; "
                    f"continue it with: chaosckpt suite --resume --out {shlex.quote(plan.results)}", err=True)
         raise
+    reports = [html_path or suite.folder / "report.html", junit_path or suite.folder / "junit.xml",
+               markdown_path or suite.folder / "summary.md"]
+    results = _record(suite, reports)
+    ran = [t.trial for t in results.trials if t.trial is not None]
+    if as_json:
+        click.echo(json.dumps(_document(results, suite, reports)))
+    else:
+        _summary(results, finished, time.monotonic() - started, reports, progress.streamed)
+    crashed = [f for f in finished if f.trial is None and f.returncode != ExitCode.INCONCLUSIVE]
+    full = ["inconclusive" for f in finished if f.trial is None and f.returncode == ExitCode.INCONCLUSIVE]
+    sys.exit(int(ExitCode.INTERNAL if crashed else exit_code([*(t.status for t in ran), *full])))
+
+
+def _record(suite: Suite, reports: List[Path]) -> stored.Results:
+    """The suite's verdicts written down: its ``result.json``, its reports and, once every trial has run, the
+    history (a suite resumed with -k that left trials to run is recorded when they have run)."""
+    plan = suite.plan
     if not suite.pending():
         plan.state = "finished"
         suite.save_plan()
     results = stored.load(suite.folder)
     ran = [t.trial for t in results.trials if t.trial is not None]
-    atomic.write_text(suite.folder / "result.json", json.dumps(document(ran), indent=2) + "\n")
-    reports = [html_path or suite.folder / "report.html", junit_path or suite.folder / "junit.xml",
-               markdown_path or suite.folder / "summary.md"]
+    skipped = [{"id": t.id, "scenario": t.scenario, "reason": t.skipped} for t in results.trials if t.skipped]
+    atomic.write_text(suite.folder / "result.json", json.dumps(document(ran, skipped), indent=2) + "\n")
     _keep_going("the reports", lambda: report_command.write_reports(results, *reports))
-    if plan.state == "finished":  # a suite resumed with -k that left trials to run is recorded when they have run
+    if plan.state == "finished":
         _keep_going("the history", lambda: history.record(Path(plan.workdir), plan.created, suite.folder,
                                                           shlex.join(plan.command), plan.chaosckpt, results.trials))
-    if as_json:
-        click.echo(json.dumps(_document(results, suite, reports)))
-    else:
-        _summary(results, finished, time.monotonic() - started, reports)
-    crashed = [f for f in finished if f.trial is None and f.returncode != ExitCode.INCONCLUSIVE]
-    full = ["inconclusive" for f in finished if f.trial is None and f.returncode == ExitCode.INCONCLUSIVE]
-    sys.exit(int(ExitCode.INTERNAL if crashed else exit_code([*(t.status for t in ran), *full])))
+    return results
 
 
 def _keep_going(what: str, write: Callable[[], None]) -> None:
@@ -250,6 +290,9 @@ def _started(conf, from_cli: bool, params: Dict[str, Any], keyword: Optional[str
     folder = invocation.results_dir(Path(plan.results), "suite")
     click.echo(f"chaosckpt: suite of {len(plan.trials)} scenario(s) on {shlex.join(plan.command)} "
                f"(results in {folder})", err=True)
+    for trial in plan.trials:
+        if trial.skipped:
+            click.echo(f"chaosckpt: skipping {trial.id}: {trial.skipped}", err=True)
     if conf.trials:
         plan.draw = conf.trials
         plan.seed = conf.seed if conf.seed is not None else random.randrange(2**31)
@@ -261,13 +304,18 @@ def _started(conf, from_cli: bool, params: Dict[str, Any], keyword: Optional[str
 def _reference(suite: Suite, parts: Dict[str, object], fresh: bool, keyword: Optional[str], resumed: bool) -> None:
     """The suite's reference run, then the random fault points drawn from it (once), and ``-k`` on a resume."""
     plan = suite.plan
+    if not suite.pending():
+        return  # every trial skipped or done: nothing needs a reference
+    click.echo("chaosckpt: reference run: the job once without a fault, which every trial is compared with ...",
+               err=True)
     cached = prepare_reference(suite.folder, plan, parts, fresh, random=bool(plan.draw))
     click.echo("chaosckpt: reference run " + ("reused from the cache" if cached else "done") +
                f" (key {plan.reference_key[:12]})", err=True)
     if plan.draw:
         saves = completed_saves(suite.folder / "reference")
         plan.trials = [t for base in plan.trials
-                       for t in random_points(base, plan.draw, plan.seed, saves, trigger_keys(base.scenario))]
+                       for t in ([base] if base.skipped else
+                                 random_points(base, plan.draw, plan.seed, saves, trigger_keys(base.scenario)))]
         plan.draw = 0
         click.echo(f"chaosckpt: {len(plan.trials)} trial(s) at random fault points, --seed {plan.seed}", err=True)
         if keyword is not None:
@@ -305,14 +353,21 @@ def _document(results: stored.Results, suite: Suite, reports: List[Path]) -> Dic
         hostname=suite.plan.hostname, suite=str(suite.folder), created=results.created, seed=suite.plan.seed,
         summary=results.counts(),
         reports={"html": str(reports[0]), "junit": str(reports[1]), "markdown": str(reports[2])},
-        trials=[{"id": t.id, "status": t.status, "replay": t.replay, "result": t.trial.to_dict() if t.trial else None}
-                for t in results.trials],
+        trials=[{"id": t.id, "status": t.status, "replay": t.replay, "result": t.trial.to_dict() if t.trial else None,
+                 **({"reason": t.skipped} if t.skipped else {})} for t in results.trials],
     )
 
 
-def _summary(results: stored.Results, finished: List[Finished], elapsed: float, reports: List[Path]) -> None:
+def _summary(results: stored.Results, finished: List[Finished], elapsed: float, reports: List[Path],
+             streamed: List[str]) -> None:
+    """Each trial's verdict (but those ``streamed`` as they finished), its findings and replay line, then the totals."""
     crashed = {f.planned.id: f for f in finished if f.trial is None}
     for item in results.trials:
+        if item.id in streamed:
+            continue
+        if item.skipped:
+            click.echo(f"SKIPPED {item.id}: {item.skipped}")
+            continue
         if item.id in crashed:
             click.echo(_line(crashed[item.id]))
             continue

@@ -22,6 +22,12 @@ class NotArmable(Exception):
     """The reference run shows the fault can never fire (the job saves too rarely, the save is too short)."""
 
 
+NEVER_SAVED = ("the job never saved a checkpoint in its reference run (the uninterrupted run), so no fault has a save "
+               "to hit; check that it saves before it ends (its checkpoint interval against its steps, or --horizon "
+               "stopping it first) and that it saves with torch.save, safetensors or DCP into a folder under --workdir")
+"""Why no fault can be placed in a job whose reference run completed no save."""
+
+
 def checkpoint_dirs(reference: RunLog, extra: List[str]) -> List[str]:
     """Directories the job saved checkpoints into, relative to its working directory, plus ``extra``."""
     found: List[str] = []
@@ -48,6 +54,8 @@ def arm(scenario: Scenario, reference: RunLog, track: Optional[List[str]], sweep
     trigger = scenario.trigger
     saver = reference.saver()
     saves = saver.completed_saves() if saver is not None else []
+    if not saves:
+        raise NotArmable(NEVER_SAVED)
     if len(saves) < trigger.save:
         raise NotArmable(
             f"the uninterrupted run completed {len(saves)} checkpoint save(s) and the scenario needs save "

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from chaosckpt.conductor.faults.arming import NotArmable
+from chaosckpt.conductor.faults.arming import NEVER_SAVED, NotArmable
 from chaosckpt.conductor.runs.runlog import RunLog
 from chaosckpt.conductor.scenario import Scenario, duration_s
 
@@ -30,6 +30,8 @@ def resolve(scenario: Scenario, reference: RunLog) -> Scenario:
     else:
         found = [len(saves) + trigger.save + 1] if len(saves) + trigger.save >= 0 else []
         where = f"number {trigger.save} counted from the end"
+    if not saves:
+        raise NotArmable(NEVER_SAVED)
     if not found:
         raise NotArmable(f"the uninterrupted run completed {len(saves)} checkpoint save(s), none {where}; "
                          "place the fault earlier (--param save=N, step=S or after=T)")

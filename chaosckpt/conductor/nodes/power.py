@@ -25,7 +25,7 @@ def arm(scenario: Scenario, reference: RunLog, reference_events: Path, cluster: 
         track: Optional[List[str]], work: Path) -> Tuple[Dict, NodeFault]:
     """The fault, placed in the target node's saving rank, and what happens to that node."""
     if cluster is None:
-        raise arming.NotArmable("trigger.node names a node of a multi-node job; run it with --nnodes N")
+        raise arming.NotArmable(scenario.unmet(1, None) or "a node fault needs a multi-node job; run it with --nnodes N")
     nodes = process_nodes(reference_events)
     node = cluster.nnodes - 1 if scenario.trigger.node == -1 else scenario.trigger.node
     if node >= cluster.nnodes:

@@ -26,7 +26,9 @@ def timeline(stored: StoredTrial) -> List[str]:
     if trial.fault:
         fault = trial.fault
         where = f" after {fault['bytes']} bytes (write {fault['write']})" if fault.get("bytes") is not None else ""
-        facts.append(f"the fault hit save {fault['save']}{where}, at step {fault.get('step')}, writing {fault.get('path')}")
+        at = f", at step {fault['step']}" if fault.get("step") is not None else ""
+        writing = f", writing {fault['path']}" if fault.get("path") else ""
+        facts.append(f"the fault hit save {fault['save']}{where}{at}{writing}")
     if trial.last_good_step is not None:
         facts.append(f"the last good checkpoint was step {trial.last_good_step}")
     if trial.outcome is not None:

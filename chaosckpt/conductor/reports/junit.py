@@ -49,7 +49,8 @@ def _properties(parent: ET.Element, results: Results) -> None:
 
 
 def _testsuite(root: ET.Element, results: Results, index: int) -> None:
-    attrs = {"name": results.title, **_counts(results), "skipped": str(results.counts()["not-run"]),
+    counts = results.counts()
+    attrs = {"name": results.title, **_counts(results), "skipped": str(counts["not-run"] + counts["skipped"]),
              "time": _time(results), "id": str(index), "package": "chaosckpt"}
     if results.created:
         attrs["timestamp"] = results.created
@@ -62,7 +63,8 @@ def _testsuite(root: ET.Element, results: Results, index: int) -> None:
         case = ET.SubElement(suite, "testcase", classname=f"chaosckpt.{Path(stored.scenario).stem}", name=stored.id,
                              time=f"{stored.own_time:.3f}")
         if trial is None:
-            ET.SubElement(case, "skipped", message="not run: the suite was interrupted before this trial finished")
+            ET.SubElement(case, "skipped", message=stored.skipped and f"skipped: {stored.skipped}"
+                          or "not run: the suite was interrupted before this trial finished")
             continue
         if trial.status == "failed":
             ET.SubElement(case, "failure", message=trial.headline, type="not-resilient").text = _details(stored)
@@ -72,7 +74,8 @@ def _testsuite(root: ET.Element, results: Results, index: int) -> None:
 
 
 def render(results: Results) -> str:
-    """The XML document: failed trials as ``<failure>``, inconclusive ones as ``<error>``, not-run as ``<skipped>``."""
+    """The XML document: failed trials as ``<failure>``, inconclusive ones as ``<error>``, skipped and not-run
+    ones as ``<skipped>`` with the reason."""
     root = ET.Element("testsuites", name="chaosckpt", **_counts(results), time=_time(results))
     for index, part in enumerate(results.sources):
         _testsuite(root, part, index)

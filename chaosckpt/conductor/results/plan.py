@@ -30,6 +30,8 @@ class PlannedTrial:
     params: Dict[str, Any] = field(default_factory=dict)
     sweep: bool = False
     """Crash after every operation of the save in turn (``chaosckpt run --sweep``)."""
+    skipped: Optional[str] = None
+    """Why the trial is not run: the scenario needs what the job lacks (more machines, more ranks)."""
 
 
 @dataclass

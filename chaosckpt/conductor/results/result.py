@@ -107,10 +107,12 @@ class Trial:
         return doc
 
 
-def document(trials: List[Trial]) -> Dict[str, Any]:
-    """The whole result document, as written to ``result.json`` and printed by ``--json``."""
+def document(trials: List[Trial], skipped: Optional[List[Dict[str, str]]] = None) -> Dict[str, Any]:
+    """The whole result document, as written to ``result.json`` and printed by ``--json``; a suite's also lists
+    the trials it ``skipped`` (id, scenario, reason)."""
     import socket
 
     from chaosckpt.conductor.results.envelope import envelope
 
-    return envelope(hostname=socket.gethostname(), trials=[t.to_dict() for t in trials])
+    extra = {"skipped": skipped} if skipped else {}
+    return envelope(hostname=socket.gethostname(), trials=[t.to_dict() for t in trials], **extra)

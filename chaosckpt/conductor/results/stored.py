@@ -41,6 +41,8 @@ class StoredTrial:
     replay: Optional[str] = None
     params: Dict[str, Any] = field(default_factory=dict)
     """The scenario parameters this trial set (a suite's overrides, or a run's trigger)."""
+    skipped: Optional[str] = None
+    """Why the suite did not run it: the scenario needs more machines or ranks than the job has."""
 
     @property
     def own_runs(self) -> List[RunRecord]:
@@ -55,7 +57,9 @@ class StoredTrial:
 
     @property
     def status(self) -> str:
-        return self.trial.status if self.trial is not None else "not-run"
+        if self.trial is not None:
+            return self.trial.status
+        return "skipped" if self.skipped else "not-run"
 
     def trainer(self, run: str) -> Optional[ProcessLog]:
         """The training process of one of the trial's runs (``reference``, ``faulted``, ``resume``)."""
@@ -71,6 +75,30 @@ class StoredTrial:
         events = self.folder / run / "events"
         records = [r for r in self.trial.runs if r.name == run and r.shared] if self.trial else []
         return Path(records[0].events) if records and not events.is_dir() else events
+
+    def crash_points(self) -> List[Dict[str, Any]]:
+        """A sweep's crash points as the reports table them: after which operation, what was on disk, and what a
+        restarted job found there (empty: not a sweep)."""
+        rows = []
+        for point in (self.trial.sweep or []) if self.trial else []:
+            disk = ", ".join(f"{f['path']} {f['bytes']} B" + ("" if "loads" not in f else " loads" if f["loads"]
+                                                                 else " unreadable") for f in point.get("files", []))
+            rows.append({"op": point.get("op"), "operation": point.get("operation", ""), "disk": disk or "nothing",
+                         "outcome": point.get("outcome") or "load check only"})
+        return rows
+
+    def sweep_resumes(self) -> Optional[str]:
+        """What the sweep's resumes found, one disk state each: ``2 disk states resumed: last-good (step 4) in 2``;
+        None for a trial that is not a sweep."""
+        if not self.trial or self.trial.sweep is None:
+            return None
+        found: Dict[int, str] = {p["state"]: p["outcome"] for p in self.trial.sweep if p.get("outcome")}
+        if not found:
+            return "no disk state resumed (load checks only)"
+        tally: Dict[str, int] = {}
+        for outcome in found.values():
+            tally[outcome] = tally.get(outcome, 0) + 1
+        return f"{len(found)} disk state(s) resumed: " + "; ".join(f"{o} in {n}" for o, n in tally.items())
 
     def commands(self) -> List[str]:
         """Each run's command line, as it was started."""
@@ -101,7 +129,7 @@ class Results:
         return self.parts or [self]
 
     def counts(self) -> Dict[str, int]:
-        out = {"passed": 0, "failed": 0, "inconclusive": 0, "not-run": 0}
+        out = {"passed": 0, "failed": 0, "inconclusive": 0, "skipped": 0, "not-run": 0}
         for t in self.trials:
             out[t.status] += 1
         return out
@@ -133,7 +161,7 @@ def _suite(folder: Path) -> Results:
         doc = stored_trial(folder, planned)
         trial = trial_from_dict(doc) if doc is not None else None
         results.trials.append(StoredTrial(planned.id, planned.scenario, trial_dir(folder, planned), trial, plan.replay(planned),
-                                          dict(planned.params)))
+                                          dict(planned.params), planned.skipped))
     return results
 
 
@@ -199,7 +227,7 @@ def combine(paths: List[Path]) -> Results:
     if len(set(names)) < len(names):
         names = [os.path.relpath(p.source.resolve(), common) for p in parts]
     combined = Results(common,
-                       f"chaosckpt report of {len(parts)} results", "", min((p.created for p in parts if p.created), default=""),
+                       f"chaosckpt report of {len(parts)} folders ({sum(len(p.trials) for p in parts)} trials)", "", min((p.created for p in parts if p.created), default=""),
                        ", ".join(sorted({p.version for p in parts if p.version})), parts=parts)
     for part, name in zip(parts, names):
         for item in part.trials:

@@ -70,6 +70,16 @@ def job_command(args: Sequence[str], workdir: Path, base: Optional[Path] = None)
     return list(args)
 
 
+def known_ranks(command: Sequence[str], nproc: Optional[int], nnodes: int = 1) -> Optional[int]:
+    """How many ranks the job runs where chaosckpt starts them: ``nproc`` on each of ``nnodes`` machines, or one
+    for a SCRIPT.py run as it is; None for a command of the user's own (a launcher after -- starts any number)."""
+    if (nproc or 1) > 1 or nnodes > 1:
+        return (nproc or 1) * nnodes
+    if len(command) > 1 and command[0] == sys.executable and command[1].endswith(".py"):
+        return 1
+    return None
+
+
 def check_seconds(option: str, value: float) -> None:
     if not math.isfinite(value) or value <= 0:
         raise UsageError(f"{option} {value:g} is invalid: a run needs a finite time limit; give seconds > 0")

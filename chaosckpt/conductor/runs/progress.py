@@ -49,6 +49,16 @@ def describe(stop: Optional[dict]) -> str:
     return f" (stops {stop['steps']} steps after {points})"
 
 
+def label(step: int, stop: Optional[dict], fault: Optional[dict] = None) -> str:
+    """Where a run is: ``starting`` until its first step (the job is still importing), then its step and how far
+    it goes; a run the fault halts goes as far as the fault."""
+    if not step:
+        return "starting"
+    if fault is not None and fault.get("kind") == "halt":
+        return f"step {step} (stops at the fault in save {fault['save']})"
+    return f"step {step}{describe(stop)}"
+
+
 class RunProgress:
     """Rewrites one line on ``stream`` as a run goes; ``done`` clears it."""
 
@@ -57,12 +67,13 @@ class RunProgress:
         self._next = 0.0
         self._width = 0
 
-    def __call__(self, name: str, events_dir: Path, elapsed_s: float, stop: Optional[dict]) -> None:
+    def __call__(self, name: str, events_dir: Path, elapsed_s: float, stop: Optional[dict],
+                 fault: Optional[dict] = None) -> None:
         now = time.monotonic()
         if now < self._next:
             return
         self._next = now + INTERVAL_S
-        self._show(f"chaosckpt: {name} run, step {last_step(events_dir)}{describe(stop)}, {elapsed_s:.0f} s")
+        self._show(f"chaosckpt: {name} run, {label(last_step(events_dir), stop, fault)}, {elapsed_s:.0f} s")
 
     def _show(self, line: str) -> None:
         self.stream.write("\r" + line.ljust(self._width))

@@ -97,7 +97,7 @@ class Suite:
         atomic.write_text(self.folder / "suite.json", json.dumps(self.plan.to_dict(), indent=2) + "\n")
 
     def pending(self) -> List[PlannedTrial]:
-        return [t for t in self.plan.trials if stored_trial(self.folder, t) is None]
+        return [t for t in self.plan.trials if not t.skipped and stored_trial(self.folder, t) is None]
 
     def _spec(self, trial: PlannedTrial, folder: Optional[Path] = None, prefix: Optional[Path] = None) -> Path:
         """The worker's spec in a fresh ``folder`` (the trial's); with ``prefix``, the shared faulted run it rebuilds
@@ -150,9 +150,10 @@ class Suite:
             raise
         return {t.id: folder for folder, group in groups.items() if shared.ready(folder) for t in group}
 
-    def run(self, on_done: Callable[[Finished], None]) -> List[Finished]:
-        """Run every pending trial, ``jobs`` at a time; on Ctrl-C stop the workers and re-raise. The shared
-        faulted runs' sandboxes go when the trials are done or interrupted, as the trials' own do (a resumed
+    def run(self, on_done: Callable[[Finished], None],
+            on_start: Callable[[PlannedTrial], None] = lambda trial: None) -> List[Finished]:
+        """Run every pending trial, ``jobs`` at a time, telling ``on_start`` and ``on_done`` of each; on Ctrl-C stop
+        the workers and re-raise. The shared faulted runs' sandboxes go when the trials are done or interrupted, as the trials' own do (a resumed
         suite runs them again)."""
         queue = [t for t in self.pending() if self.selected is None or t.id in self.selected]
         groups = self.shared_groups(queue)
@@ -163,6 +164,7 @@ class Suite:
             while queue or running:
                 while queue and len(running) < self.jobs:
                     trial = queue.pop(0)
+                    on_start(trial)
                     running[self._worker(self._spec(trial, prefix=prefixes.get(trial.id)))] = (
                         trial, trial_dir(self.folder, trial) / "worker.log")
                 for proc in [p for p in running if p.poll() is not None]:
@@ -196,7 +198,7 @@ def reference_stop(plan: Plan, random: bool = False) -> Optional[Dict[str, Any]]
     if random:
         return None
     return horizon.reference_stop(plan.horizon, [horizon.condition(scenarios.load(t.scenario, t.params).trigger)
-                                                 for t in plan.trials])
+                                                 for t in plan.trials if not t.skipped])
 
 
 def prepare_reference(folder: Path, plan: Plan, parts: Dict[str, object], fresh: bool, random: bool = False) -> bool:

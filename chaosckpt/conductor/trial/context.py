@@ -45,7 +45,7 @@ class Context:
         """Run one process tree of the trial, to its end or its horizon ``stop``, and record it; a timeout or
         a survivor of the kill ends the trial."""
         progress = self.opts.progress
-        watch = None if progress is None else lambda events, elapsed: progress(name, events, elapsed, stop)
+        watch = None if progress is None else lambda events, elapsed: progress(name, events, elapsed, stop, fault)
         spec = RunSpec(name, argv, cwd, self.opts.results_dir / name, self.opts.timeout_s, fault, env or {}, hold,
                        stop, watch, self.maps)
         try:

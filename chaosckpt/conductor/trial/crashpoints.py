@@ -47,6 +47,8 @@ def sweep_save(ctx: Context, ref: ProcessLog, armed: Armed, run: Faulted) -> Non
         outcome = rec.outcome + (f" (step {rec.recovered_step})" if rec.recovered_step is not None else "")
         if rec.error:
             outcome += f": {render.describe_error(rec.error, rec.error_path is not None)}"
+        if rec.recovered_step is not None:  # the most work any resumed state lost
+            trial.lost_steps = max(trial.lost_steps or 0, (run.step or 0) - rec.recovered_step)
         failed |= rec.outcome not in scen.expect.recovered
         for point in sw.points:
             if point.state == index:

@@ -29,6 +29,11 @@ def target_rank(scenario: Scenario, reference: RunLog) -> int:
     world = reference.world_size()
     saves = {rank: len(p.completed_saves()) for rank, p in reference.ranks().items()}
     savers = [rank for rank, n in saves.items() if n >= trigger.save]
+    unmet = scenario.unmet(1, world)  # a launcher of the user's own started one rank: none to disagree with
+    if unmet:
+        raise arming.NotArmable(unmet)
+    if not any(saves.values()):
+        raise arming.NotArmable(arming.NEVER_SAVED)
     if trigger.rank == -1:
         if not savers:
             raise arming.NotArmable(

@@ -46,6 +46,12 @@ def recovered(ctx: Context, ref: ProcessLog, armed: Armed, run: Faulted, resumed
         trial.lost_steps = max(0, (run.step or 0) - rec.recovered_step)
     elif rec.outcome == "crashed":
         trial.lost_steps = run.step
+    if rec.outcome == "scratch" and ctx.opts.resume_command == ctx.opts.command:
+        trial.findings.append(Finding(
+            "resume-not-resuming",
+            "the resume ran the training command unchanged and the job started from scratch: it may not be "
+            "resuming at all; if it loads its checkpoint only when told (a --resume flag, a checkpoint path), "
+            "give that with --resume-args, e.g. --resume-args=--resume"))
     trial.findings.extend(save_damage(ctx, run, armed))
     trial.findings.extend(checkpoint_findings(run, resumed.log, rec.error, lambda p: rel(p, armed.work) or p))
     if armed.disk is not None and ctx.scenario.fault == "power-loss" and run.completed and rec.outcome != "last-good":
