@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
 
-from chaosckpt.conductor import scenario as scenarios
+from chaosckpt.conductor import faults, scenario as scenarios
 from chaosckpt.conductor.errors import UsageError
 from chaosckpt.conductor.results import atomic
 from chaosckpt.conductor.results.result import Trial, document
@@ -35,7 +35,7 @@ def _optional_argv(value: Optional[Command]) -> Optional[List[str]]:
 
 def run(
     job: Command,
-    scenario: str = "kill9-mid-save",
+    scenario: str = faults.DEFAULT_SCENARIO,
     *,
     args: Sequence[str] = (),
     params: Optional[Dict[str, Any]] = None,

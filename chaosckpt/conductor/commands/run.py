@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from chaosckpt.conductor import config as configs, scenario as scenarios
+from chaosckpt.conductor import config as configs, faults, scenario as scenarios
 from chaosckpt.conductor.errors import EXIT_CODES, UsageError, exit_code
 from chaosckpt.conductor.nodes import cluster as clusters
 from chaosckpt.conductor.results import atomic
@@ -109,7 +109,7 @@ def command(args, scenario_name, params, resume_args, resume_cmd, timeout, toler
     command = clusters.with_nodes(invocation.job_command(list(conf.command), workdir, base), conf.nproc, cluster)
     resume = invocation.resume_command(command, conf.resume_args, conf.resume_command)
     timeout, tolerance, out = conf.timeout, conf.tolerance, conf.results
-    invocation.check_sweep(scen, sweep)
+    faults.check_sweep(scen, sweep)
     horizon = horizons.parse(conf.horizon, "--horizon")
     exclude = [out, *invocation.excluded(conf.exclude, workdir)]
     mapped = sandbox.maps(workdir, conf.map, out.resolve())
