@@ -12,6 +12,7 @@ from chaosckpt import protocol
 from chaosckpt.agent.faults import ArmedFault
 from chaosckpt.conductor import faults, scenario as scenarios
 from chaosckpt.conductor.errors import UsageError
+from chaosckpt.conductor.faults.arming import NotArmable
 from chaosckpt.conductor.faults.kind import Arming
 from chaosckpt.conductor.runs.runlog import RunLog, _process
 
@@ -112,3 +113,10 @@ def test_sweep_names_the_scenarios_whose_fault_stops_a_save():
     with pytest.raises(UsageError, match="use it with kill9-mid-save, enospc or power-loss$"):
         faults.check_sweep(scenarios.load("eval-left-on"), True)
     faults.check_sweep(scenarios.load("node-loss"), True)
+
+
+@pytest.mark.parametrize("name", ["node-loss", "node-power-loss"])
+def test_a_node_fault_needs_a_multi_node_job(tmp_path, name):
+    scen = scenarios.load(name)
+    with pytest.raises(NotArmable, match="names a node of a multi-node job; run it with --nnodes N"):
+        scen.kind.arm(scen.trigger, _reference(tmp_path), Arming(tmp_path, None, False, tmp_path))

@@ -4,7 +4,7 @@ of that node, while the other nodes run on."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 from chaosckpt import protocol
 from chaosckpt.conductor.faults import arming
@@ -21,13 +21,14 @@ class NodeLoss(Kill):
     shareable = False
 
     def arm(self, trigger: Trigger, reference: RunLog, how: Arming) -> Tuple[protocol.FaultSpec, Optional[NodeFault]]:
-        node, own = node_reference(trigger, reference, how)
-        spec, _ = super().arm(trigger, own, dataclasses.replace(how, sweep=False))
+        node, _, spec = arm_on_node(super().arm, trigger, reference, how)
         return spec, NodeFault(node, None, [])
 
 
-def node_reference(trigger: Trigger, reference: RunLog, how: Arming) -> Tuple[int, RunLog]:
-    """The node ``trigger.node`` names, and the reference run of its processes, where the fault is placed."""
+def arm_on_node(arm: Callable[[Trigger, RunLog, Arming], Tuple[protocol.FaultSpec, Optional[NodeFault]]],
+                trigger: Trigger, reference: RunLog, how: Arming) -> Tuple[int, RunLog, protocol.FaultSpec]:
+    """The node ``trigger.node`` names, the reference run of its processes, and the fault ``arm`` places
+    there (never a sweep's)."""
     if how.cluster is None or how.reference_events is None:
         raise arming.NotArmable("trigger.node names a node of a multi-node job; run it with --nnodes N")
     node = how.cluster.nnodes - 1 if trigger.node == -1 else trigger.node
@@ -37,7 +38,8 @@ def node_reference(trigger: Trigger, reference: RunLog, how: Arming) -> Tuple[in
     if own.saver() is None or not own.saver().saves:
         raise arming.NotArmable(f"no rank on node {node} saved a checkpoint in the uninterrupted run; a power loss "
                                 "there loses nothing; pick a node that saves (--param node=K)")
-    return node, own
+    spec, _ = arm(trigger, own, dataclasses.replace(how, sweep=False))
+    return node, own, spec
 
 
 KIND = NodeLoss()
