@@ -96,7 +96,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Literal, Optional, Tuple, TypedDict
+from typing import Any, Dict, Iterator, List, Literal, Optional, Tuple, TypedDict, cast
 
 SCHEMA_VERSION = 1
 
@@ -226,7 +226,7 @@ class FaultSpecError(ValueError):
 
 def fault_spec(kind: AgentFaultKind, save: int, **fields: Any) -> FaultSpec:
     """A fault spec of this protocol's version."""
-    return FaultSpec(v=FAULT_SPEC_VERSION, kind=kind, save=save, **fields)  # type: ignore[typeddict-item]
+    return cast(FaultSpec, {"v": FAULT_SPEC_VERSION, "kind": kind, "save": save, **fields})
 
 
 def encode_fault(spec: FaultSpec) -> str:
@@ -255,4 +255,4 @@ def decode_fault(text: str) -> FaultSpec:
     placed = [p for p in FAULT_PLACEMENTS[kind] if spec.get(p) is not None and spec.get(p) is not False]
     if len(placed) != 1:
         raise FaultSpecError(f"fault {text} needs exactly one of {', '.join(FAULT_PLACEMENTS[kind])}")
-    return spec  # type: ignore[return-value]
+    return cast(FaultSpec, spec)
