@@ -18,6 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from chaosckpt import protocol  # noqa: E402
 from chaosckpt.conductor.disk import sweep  # noqa: E402
 from chaosckpt.conductor.disk import crash
 from chaosckpt.conductor.disk.loadcheck import LoadChecker  # noqa: E402
@@ -44,7 +45,7 @@ def main() -> None:
         (work / "job.py").write_text(JOB)
         root = str((work / "ckpt").resolve())
         initial = crash.Disk.scan([root])
-        fault = {"kind": "halt", "save": 1, "after_save": True, "track": [root]}
+        fault = protocol.fault_spec("halt", 1, after_save=True, track=[root])
         result = launcher.launch(launcher.RunSpec("sweep", [sys.executable, "job.py"], work, Path(tmp, "run"), 300, fault))
         log = RunLog.read(result.events_dir)
         save = log.processes[0].saves[0]

@@ -96,14 +96,14 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Dict, Iterator, List
+from typing import Any, Dict, Iterator, List, Literal, Optional, Tuple, TypedDict, cast
 
 SCHEMA_VERSION = 1
 
 ENV_RUN_DIR = "CHAOSCKPT_RUN_DIR"
 """Directory the agent writes its event files into; the agent is inert without it."""
 ENV_FAULT = "CHAOSCKPT_FAULT"
-"""JSON description of the armed fault (see ``chaosckpt.agent.faults``), absent for none."""
+"""The armed fault, a ``FaultSpec`` as ``encode_fault`` writes it (see ``chaosckpt.agent.faults``), absent for none."""
 ENV_MARK = "CHAOSCKPT_MARK"
 """A token set on every process of one run, so the conductor can find strays."""
 ENV_STOP = "CHAOSCKPT_STOP"
@@ -177,3 +177,82 @@ def fault_flags(run_dir: Path, prefix: str = FAULT_FLAG_PREFIX) -> List[Path]:
     except FileNotFoundError:
         return []
     return [Path(run_dir, n) for n in names if n.startswith(prefix)]
+
+
+# --- The fault spec: what the conductor arms (``CHAOSCKPT_FAULT``) and the agent fires ---------------------
+
+FAULT_SPEC_VERSION = 1
+AgentFaultKind = Literal["halt", "enospc", "disk-full", "eval"]
+FAULT_PLACEMENTS: Dict[str, Tuple[str, ...]] = {
+    "halt": ("at_byte", "at_write", "at_op", "after_save"),
+    "enospc": ("at_byte", "at_write"),
+    "disk-full": ("free_bytes",),
+    "eval": ("after_load",),
+}
+"""Where each kind of agent fault can be placed; a spec names exactly one of its kind's placements."""
+
+
+class _FaultSpecHead(TypedDict):
+    v: int
+    kind: AgentFaultKind
+    save: int
+
+
+class FaultSpec(_FaultSpecHead, total=False):
+    """One armed fault (the agent's ``faults`` module says what each field does); ``v`` is
+    ``FAULT_SPEC_VERSION``."""
+
+    at_byte: int
+    at_write: int
+    at_op: int
+    after_save: bool
+    free_bytes: int
+    after_load: bool
+    rank: Optional[int]
+    track: List[str]
+    write_ends: bool
+    file: str
+
+
+_FIELD_TYPES: Dict[str, Tuple[type, ...]] = {
+    "at_byte": (int,), "at_write": (int,), "at_op": (int,), "free_bytes": (int,), "rank": (int, type(None)),
+    "after_save": (bool,), "after_load": (bool,), "write_ends": (bool,), "track": (list,), "file": (str,),
+}
+
+
+class FaultSpecError(ValueError):
+    """An armed fault spec is malformed (a conductor bug, never user input)."""
+
+
+def fault_spec(kind: AgentFaultKind, save: int, **fields: Any) -> FaultSpec:
+    """A fault spec of this protocol's version."""
+    return cast(FaultSpec, {"v": FAULT_SPEC_VERSION, "kind": kind, "save": save, **fields})
+
+
+def encode_fault(spec: FaultSpec) -> str:
+    """The spec as the value of ``CHAOSCKPT_FAULT``."""
+    return json.dumps(spec, separators=(",", ":"))
+
+
+def decode_fault(text: str) -> FaultSpec:
+    """The spec ``encode_fault`` wrote, checked: its version, its fields' types, one placement of its kind."""
+    try:
+        spec = json.loads(text)
+    except ValueError as exc:
+        raise FaultSpecError(f"fault spec is not JSON ({exc})") from None
+    if not isinstance(spec, dict) or spec.get("v") != FAULT_SPEC_VERSION:
+        raise FaultSpecError(f"fault spec {text} is not of version {FAULT_SPEC_VERSION}")
+    unknown = sorted(set(spec) - FaultSpec.__required_keys__ - FaultSpec.__optional_keys__)
+    if unknown:
+        raise FaultSpecError(f"fault spec {text} has unknown field {unknown[0]}")
+    kind, save = spec.get("kind"), spec.get("save")
+    if kind not in FAULT_PLACEMENTS or not isinstance(save, int) or isinstance(save, bool) or save < 1:
+        raise FaultSpecError(f"bad fault {text}")
+    for key, types in _FIELD_TYPES.items():
+        value = spec.get(key)
+        if key in spec and (not isinstance(value, types) or isinstance(value, bool) and bool not in types):
+            raise FaultSpecError(f"fault spec {text}: {key} must be of type {types[0].__name__}")
+    placed = [p for p in FAULT_PLACEMENTS[kind] if spec.get(p) is not None and spec.get(p) is not False]
+    if len(placed) != 1:
+        raise FaultSpecError(f"fault {text} needs exactly one of {', '.join(FAULT_PLACEMENTS[kind])}")
+    return cast(FaultSpec, spec)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -36,26 +37,34 @@ def test_role_is_off_without_the_run_directory(monkeypatch):
 
 
 def test_fault_cut_at_a_byte_offset():
-    fault = ArmedFault.from_json({"kind": "halt", "save": 2, "at_byte": 150})
+    fault = ArmedFault.from_json(protocol.encode_fault(protocol.fault_spec("halt", 2, at_byte=150)))
     assert fault.cut(writes_done=0, bytes_done=0, size=100) is None
     assert fault.cut(writes_done=1, bytes_done=100, size=100) == 50
     assert fault.cut(writes_done=2, bytes_done=200, size=100) is None
 
 
 def test_fault_cut_before_a_write():
-    fault = ArmedFault.from_json({"kind": "halt", "save": 1, "at_write": 3})
+    fault = ArmedFault.from_json(protocol.encode_fault(protocol.fault_spec("halt", 1, at_write=3)))
     assert [fault.cut(n, n * 10, 10) for n in range(4)] == [None, None, 0, None]
 
 
 @pytest.mark.parametrize("spec", [{"kind": "halt", "save": 1}, {"kind": "nuke", "save": 1, "at_write": 1},
-                                  {"kind": "halt", "save": 0, "at_write": 1}, {"kind": "halt", "save": 1, "at": 3}])
+                                  {"kind": "halt", "save": 0, "at_write": 1}, {"kind": "halt", "save": 1, "at": 3},
+                                  {"kind": "halt", "save": 1, "at_write": "3"}, {"kind": "halt", "save": 1, "after_save": 1}])
 def test_bad_fault_specs(spec):
     with pytest.raises(FaultSpecError):
-        ArmedFault.from_json(spec)
+        ArmedFault.from_json(json.dumps({"v": protocol.FAULT_SPEC_VERSION, **spec}))
+
+
+@pytest.mark.parametrize("text", ['{"kind": "halt", "save": 1, "at_write": 1}', '{"v": 99, "kind": "halt", "save": 1, "at_write": 1}',
+                                  "[1]", "not json"])
+def test_fault_specs_of_no_or_another_version_are_refused(text):
+    with pytest.raises(FaultSpecError):
+        ArmedFault.from_json(text)
 
 
 def test_fault_rank_filter():
-    fault = ArmedFault.from_json({"kind": "halt", "save": 1, "at_write": 1, "rank": 1})
+    fault = ArmedFault.from_json(protocol.encode_fault(protocol.fault_spec("halt", 1, at_write=1, rank=1)))
     assert fault.applies_to(1) and not fault.applies_to(0) and not fault.applies_to(None)
 
 

@@ -7,10 +7,12 @@ import os
 import pytest
 import torch
 
+from chaosckpt import protocol
 from chaosckpt.agent.faults import ArmedFault
 from chaosckpt.agent.interpose import CountingWriter
 from chaosckpt.agent.recorder import Recorder
 from chaosckpt.conductor.faults import arming
+from chaosckpt.conductor.faults.kind import Arming
 from chaosckpt.conductor.runs.runlog import _process
 
 
@@ -29,7 +31,7 @@ class Events:
 
 def _job(fault=None):
     events = Events()
-    rec = Recorder(events, None, ArmedFault.from_json(fault) if fault else None)
+    rec = Recorder(events, None, ArmedFault.from_json(protocol.encode_fault(fault)) if fault else None)
     model = torch.nn.Linear(4, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     rec.optimizer_created(opt)
@@ -90,7 +92,7 @@ def test_enospc_lands_at_a_fraction_of_the_whole_checkpoint(tmp_path):
     reference = _process(events.events)
     model_bytes = reference.saves[0].files[0]["bytes"]
     at = model_bytes + 10  # inside the second file
-    events, rec, model, opt = _job({"kind": "enospc", "save": 1, "at_byte": at})
+    events, rec, model, opt = _job(protocol.fault_spec("enospc", 1, at_byte=at))
     _step(rec, opt)
     with pytest.raises(OSError):
         _trainer_checkpoint(rec, model, opt, tmp_path / "checkpoint-1")
@@ -102,7 +104,7 @@ def test_enospc_lands_at_a_fraction_of_the_whole_checkpoint(tmp_path):
 
 
 def test_a_fault_in_one_named_file_counts_that_file_s_bytes(tmp_path):
-    events, rec, model, opt = _job({"kind": "enospc", "save": 2, "at_byte": 5, "file": "rng_state.pth"})
+    events, rec, model, opt = _job(protocol.fault_spec("enospc", 2, at_byte=5, file="rng_state.pth"))
     _step(rec, opt)
     _trainer_checkpoint(rec, model, opt, tmp_path / "checkpoint-1")
     _step(rec, opt)
@@ -155,11 +157,12 @@ def test_file_param_places_the_fault_in_that_file_of_the_reference_checkpoint(tm
     _step(rec, opt)
     reference = RunLog([_process(events.events)])
     kill = scenario_mod.load("kill9-mid-save", {"file": "optimizer.pt"})
-    fault = arming.arm(kill, reference, None)
+    fault, _ = kill.kind.arm(kill.trigger, reference, Arming(tmp_path))
     size = reference.processes[0].saves[1].files[1]["bytes"]
     assert fault["file"] == "optimizer.pt" and fault["at_byte"] == size // 2 and fault["save"] == 2
     with pytest.raises(arming.NotArmable, match="writes no file of that name"):
-        arming.arm(scenario_mod.load("kill9-mid-save", {"file": "nope.pt"}), reference, None)
+        nope = scenario_mod.load("kill9-mid-save", {"file": "nope.pt"})
+        nope.kind.arm(nope.trigger, reference, Arming(tmp_path))
 
 
 def test_a_step_counter_in_json_beside_the_checkpoint_files_counts(tmp_path):

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import project_with, run_chaosckpt
 
+from chaosckpt import protocol
 from chaosckpt.conductor.runs import confinement, launcher
 from chaosckpt.conductor.runs.runlog import RunLog
 
@@ -121,7 +122,7 @@ def test_torch_distributed_checkpoint_is_journaled_and_judged(project, tmp_path)
 
 
 def test_copyfile_through_sendfile_is_journaled(project, tmp_path):
-    fault = {"kind": "halt", "save": 99, "after_save": True, "track": [str(project / "ckpt")]}
+    fault = protocol.fault_spec("halt", 99, after_save=True, track=[str(project / "ckpt")])
     spec = launcher.RunSpec("copy", [sys.executable, "train.py", "--epochs", "1", "--copy-best"], project,
                             tmp_path / "copy", 120, fault)
     result = launcher.launch(spec)
@@ -179,7 +180,7 @@ def test_tempfile_move_and_rmtree_are_journaled(tmp_path):
     (work / "ckpt").mkdir(parents=True)
     (work / "job.py").write_text(JOURNALED)
     temp = Path(confinement.JOB_TMPDIR)  # the job's TMPDIR: a link into its sandbox, where renames stay renames
-    fault = {"kind": "halt", "save": 99, "after_save": True, "track": [str((work / "ckpt").resolve())]}
+    fault = protocol.fault_spec("halt", 99, after_save=True, track=[str((work / "ckpt").resolve())])
     result = launcher.launch(launcher.RunSpec("journal", [sys.executable, "job.py"], work, tmp_path / "run", 120, fault))
     assert result.returncode == 0, result.stderr.read_text()
     ops = RunLog.read(result.events_dir).ops()

@@ -15,6 +15,7 @@ from chaosckpt.conductor import scenario as scenarios
 from chaosckpt.conductor.errors import UsageError
 from chaosckpt.conductor.faults import placement
 from chaosckpt.conductor.faults.arming import NotArmable
+from chaosckpt.conductor.faults.trigger import duration_s
 from chaosckpt.conductor.runs import cache, horizon, launcher
 from chaosckpt.conductor.runs.launcher import RunSpec
 from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog, Save
@@ -75,7 +76,7 @@ def test_bad_placements_are_usage_errors(params, message):
 
 
 def test_durations_take_seconds_minutes_and_hours():
-    assert [scenarios.duration_s(v) for v in (90, "90s", "45m", "1.5h", "m", "5d", -1)] == [90, 90, 2700, 5400, None, None, None]
+    assert [duration_s(v) for v in (90, "90s", "45m", "1.5h", "m", "5d", -1)] == [90, 90, 2700, 5400, None, None, None]
 
 
 def test_horizon_values():

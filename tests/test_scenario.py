@@ -95,7 +95,8 @@ def test_a_job_that_never_saved_is_told_so_and_what_to_check():
     from chaosckpt.conductor.faults import arming, placement
     from chaosckpt.conductor.runs.runlog import RunLog
 
-    for place in (lambda s: arming.arm(s, RunLog([]), None), lambda s: placement.resolve(s, RunLog([]))):
+    for place in (lambda s: arming.start(s.kind.agent_kind, s.trigger, RunLog([]), None),
+                  lambda s: placement.resolve(s, RunLog([]))):
         with pytest.raises(arming.NotArmable) as caught:
             place(scenario.load("kill9-mid-save", {"save": -1}))
         assert str(caught.value).startswith("the job never saved a checkpoint in its reference run")

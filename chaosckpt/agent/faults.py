@@ -1,6 +1,6 @@
 """Faults the agent fires inside the job, armed by the conductor through ``CHAOSCKPT_FAULT``.
 
-A fault is a JSON object with a ``kind``, the ``save`` (1-based, counted in the
+A fault is a ``protocol.FaultSpec``: a ``kind``, the ``save`` (1-based, counted in the
 process: a checkpoint, every save call between two steps) it concerns, one placement,
 and optionally ``rank``, ``track`` and ``file`` (the file name within the checkpoint
 whose bytes ``at_byte`` / ``at_write`` count; else they count across the checkpoint):
@@ -35,16 +35,7 @@ from chaosckpt.agent import watchdog
 HALT_SECONDS = 600.0
 """How long a halted job waits for the conductor's SIGKILL before exiting by itself (sooner if the conductor dies)."""
 HALT_EXIT_CODE = 86
-PLACEMENTS = {
-    "halt": ("at_byte", "at_write", "at_op", "after_save"),
-    "enospc": ("at_byte", "at_write"),
-    "disk-full": ("free_bytes",),
-    "eval": ("after_load",),
-}
-
-
-class FaultSpecError(ValueError):
-    """The armed fault description is malformed (a conductor bug, never user input)."""
+FaultSpecError = protocol.FaultSpecError
 
 
 @dataclass(frozen=True)
@@ -67,17 +58,10 @@ class ArmedFault:
     file: Optional[str] = None
 
     @classmethod
-    def from_json(cls, spec: dict) -> "ArmedFault":
-        try:
-            fault = cls(**spec)
-        except TypeError as exc:
-            raise FaultSpecError(str(exc)) from None
-        if fault.kind not in PLACEMENTS or fault.save < 1:
-            raise FaultSpecError(f"bad fault {spec!r}")
-        placed = [p for p in PLACEMENTS[fault.kind] if getattr(fault, p) is not None and getattr(fault, p) is not False]
-        if len(placed) != 1:
-            raise FaultSpecError(f"fault {spec!r} needs exactly one of {', '.join(PLACEMENTS[fault.kind])}")
-        return fault
+    def from_json(cls, text: str) -> "ArmedFault":
+        """The fault ``CHAOSCKPT_FAULT`` holds; ``FaultSpecError`` when it is malformed."""
+        spec = protocol.decode_fault(text)
+        return cls(**{k: v for k, v in spec.items() if k != "v"})
 
     def applies_to(self, rank: Optional[int]) -> bool:
         return self.rank is None or self.rank == (rank or 0)

@@ -94,7 +94,7 @@ def _install() -> None:
     from chaosckpt.agent.recorder import Recorder
 
     spec = os.environ.get(protocol.ENV_FAULT)
-    fault = faults.ArmedFault.from_json(json.loads(spec)) if spec else None
+    fault = faults.ArmedFault.from_json(spec) if spec else None
     rank = _rank()
     run_dir = os.environ[protocol.ENV_RUN_DIR]
     stop = os.environ.get(protocol.ENV_STOP)

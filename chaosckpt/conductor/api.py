@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
-from chaosckpt.conductor import config as configs, options, scenario as scenarios
+from chaosckpt.conductor import config as configs, faults, options, scenario as scenarios
 from chaosckpt.conductor.errors import UsageError
 from chaosckpt.conductor.results import atomic
 from chaosckpt.conductor.results.result import Trial, document
@@ -30,7 +30,7 @@ def _argv(value: Command) -> List[str]:
     return shlex.split(value) if isinstance(value, str) else list(value)
 
 
-def run(job: Command, scenario: str = "kill9-mid-save", *, params: Optional[Dict[str, Any]] = None,
+def run(job: Command, scenario: str = faults.DEFAULT_SCENARIO, *, params: Optional[Dict[str, Any]] = None,
         config: Union[str, Path, None] = None, reuse_reference: bool = True, **keywords: Any) -> Trial:
     """Run ``job`` (a script relative to ``workdir``, or a command) under ``scenario`` and return the verdict.
 
@@ -60,7 +60,7 @@ def run(job: Command, scenario: str = "kill9-mid-save", *, params: Optional[Dict
     return trial
 
 
-def prepare(job: Command, scenario: str = "kill9-mid-save", *, params: Optional[Dict[str, Any]] = None,
+def prepare(job: Command, scenario: str = faults.DEFAULT_SCENARIO, *, params: Optional[Dict[str, Any]] = None,
             config: Union[str, Path, None] = None, **keywords: Any) -> Tuple[scenarios.Scenario, Dict[str, Any]]:
     """The scenario and the trial's options (as ``options.trial_spec``) that ``run``'s arguments ask for."""
     values = options.from_api(keywords)
@@ -74,7 +74,7 @@ def prepare(job: Command, scenario: str = "kill9-mid-save", *, params: Optional[
     conf = base.merged(**values)
     scen = scenarios.load(scenario, dict(params or {}))
     sweep = bool(keywords.get("sweep"))
-    invocation.check_sweep(scen, sweep)
+    faults.check_sweep(scen, sweep)
     return scen, options.trial_spec(conf, workdir, workdir, sweep=sweep)
 
 

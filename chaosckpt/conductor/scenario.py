@@ -14,111 +14,16 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, get_args
 
+from chaosckpt.conductor import faults
 from chaosckpt.conductor.errors import UsageError, shown
+from chaosckpt.conductor.faults.kind import FaultKind, Needs
+from chaosckpt.conductor.faults.trigger import OPTIONAL_KEYS, PLACEMENT_KEYS, Trigger
 from chaosckpt.conductor.results.result import Outcome
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:
     import tomli as tomllib
-
-PLACEMENT_KEYS = ("save", "step", "after")
-"""Which save a fault concerns: its number (negative: counted from the reference's end), the first save
-at or after a step, or the first save at or after a wall-clock time into the run."""
-OPTIONAL_KEYS = ("node", "file")
-"""Trigger keys left out of a scenario's parameters when not given (multi-node jobs; one file of a checkpoint)."""
-TRIGGER_KEYS = {
-    "kill": (*PLACEMENT_KEYS, "fraction", "write", "node", "file"),
-    "enospc": (*PLACEMENT_KEYS, "fraction", "write", "free_bytes", "file"),
-    "power-loss": (*PLACEMENT_KEYS, "op", "model", "node"),
-    "eval-left-on": PLACEMENT_KEYS,
-    "rank-skew": (*PLACEMENT_KEYS, "fraction", "write", "rank", "variant", "offset"),
-}
-"""The trigger keys each fault kind takes; the others keep their defaults."""
-FAULTS = tuple(TRIGGER_KEYS)
-MODELS = ("ordered", "strict")
-SKEW_VARIANTS = ("kill", "offset", "reset")
-"""rank-skew: the kill alone; plus one rank's sampler epoch shifted by ``offset`` on resume; plus every epoch reset."""
-
-
-def _whole(value: object, least: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= least
-
-
-DURATION_UNITS = {"s": 1, "m": 60, "h": 3600}
-
-
-def duration_s(value: object) -> float | None:
-    """Seconds from ``90``, ``90s``, ``45m`` or ``1.5h``; None when ``value`` is none of these."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value) if value >= 0 else None
-    if not isinstance(value, str) or len(value) < 2 or value[-1] not in DURATION_UNITS:
-        return None
-    try:
-        number = float(value[:-1])
-    except ValueError:
-        return None
-    return number * DURATION_UNITS[value[-1]] if number >= 0 else None
-
-
-@dataclass(frozen=True)
-class Trigger:
-    """Where the fault fires: save number ``save``, at ``fraction`` of its bytes or before write ``write``;
-    for ENOSPC optionally after ``free_bytes`` more bytes; for a power loss after operation ``op`` of the
-    save (else just after it returns), under durability ``model``."""
-
-    save: int = 2
-    step: int | None = None
-    """Instead of ``save``: the first save at or after this step of the reference run."""
-    after: int | float | str | None = None
-    """Instead of ``save``: the first save at or after this time into the reference run (``90s``, ``45m``, ``2h``)."""
-    fraction: float = 0.5
-    write: int | None = None
-    file: str | None = None
-    """The name of one file of the checkpoint that ``fraction`` / ``write`` count in; else they count
-    across all the checkpoint's files."""
-    free_bytes: int | None = None
-    op: int | None = None
-    model: str = "ordered"
-    rank: int = -1
-    """rank-skew: the rank held mid-save (and, for ``offset``, whose epoch is shifted); -1 is the last."""
-    variant: str = "kill"
-    offset: int = 1
-    node: int | None = None
-    """A multi-node job: only this node loses power (power-loss) or is killed while the others run on (kill);
-    -1 is the last node; None: the whole job."""
-
-    def check(self, where: str) -> None:
-        if not _whole(self.save, -10**9) or self.save == 0:
-            raise UsageError(f"{where}: trigger.save must be a whole number >= 1 (or negative, -N: the N-th save from "
-                             f"the end of the uninterrupted run), got {shown(self.save)}")
-        if self.step is not None and not _whole(self.step, 0):
-            raise UsageError(f"{where}: trigger.step must be a whole number >= 0 (the first save at or after that "
-                             f"step), got {shown(self.step)}")
-        if self.after is not None and duration_s(self.after) is None:
-            raise UsageError(f"{where}: trigger.after must be a time into the run such as 90s, 45m or 2h, "
-                             f"got {shown(self.after)}")
-        if self.step is not None and self.after is not None:
-            raise UsageError(f"{where}: trigger.step and trigger.after both place the fault; give one of them")
-        if not isinstance(self.fraction, (int, float)) or isinstance(self.fraction, bool) or not 0 <= self.fraction < 1:
-            raise UsageError(f"{where}: trigger.fraction must be a number in [0, 1), got {shown(self.fraction)}")
-        if self.file is not None and (not isinstance(self.file, str) or not self.file or "/" in self.file):
-            raise UsageError(f"{where}: trigger.file must be a file name such as optimizer.pt, got {shown(self.file)}")
-        for key, least in (("write", 1), ("free_bytes", 0), ("op", 0)):
-            value = getattr(self, key)
-            if value is not None and not _whole(value, least):
-                raise UsageError(f"{where}: trigger.{key} must be a whole number >= {least}, got {shown(value)}")
-        if self.model not in MODELS:
-            raise UsageError(f"{where}: trigger.model must be one of {', '.join(MODELS)}, got {shown(self.model)}")
-        if not _whole(self.rank, -1):
-            raise UsageError(f"{where}: trigger.rank must be a rank number, or -1 for the last, got {shown(self.rank)}")
-        if self.node is not None and not _whole(self.node, -1):
-            raise UsageError(f"{where}: trigger.node must be a node rank, or -1 for the last, got {shown(self.node)}")
-        if self.variant not in SKEW_VARIANTS:
-            raise UsageError(f"{where}: trigger.variant must be one of {', '.join(SKEW_VARIANTS)}, got {shown(self.variant)}")
-        if not _whole(self.offset, -10**6) or self.offset == 0:
-            raise UsageError(f"{where}: trigger.offset must be a whole number other than 0, got {shown(self.offset)}")
-
 
 @dataclass(frozen=True)
 class Expectation:
@@ -137,34 +42,10 @@ class Expectation:
 
 
 @dataclass(frozen=True)
-class Needs:
-    """What a job must have for the scenario to mean anything: how many machines (``nodes``) and ranks.
-    A job short of them is refused by ``run`` and skipped by ``suite`` before anything runs."""
-
-    nodes: int = 1
-    ranks: int = 1
-
-    def check(self, where: str) -> None:
-        for key in ("nodes", "ranks"):
-            if not _whole(getattr(self, key), 1):
-                raise UsageError(f"{where}: needs.{key} must be a whole number >= 1, got {shown(getattr(self, key))}")
-
-    def at_least(self, other: "Needs") -> "Needs":
-        return Needs(max(self.nodes, other.nodes), max(self.ranks, other.ranks))
-
-
-FAULT_NEEDS = {"rank-skew": Needs(ranks=2)}
-"""What a fault kind needs of any job, whatever its scenario file says: ranks to disagree (the fault
-kinds' registry is to own this with the rest of each kind's declaration)."""
-NODE_NEEDS = Needs(nodes=2)
-"""What a trigger naming one ``node`` needs: a multi-node job."""
-
-
-@dataclass(frozen=True)
 class Scenario:
     name: str
     summary: str
-    fault: str
+    fault: faults.FaultName
     trigger: Trigger
     expect: Expectation
     source: str
@@ -182,9 +63,14 @@ class Scenario:
                     f"--nproc N, or start the ranks with a launcher after -- (-- torchrun --nproc_per_node 2 train.py)")
         return None
 
+    @property
+    def kind(self) -> FaultKind:
+        """What the fault does, from arming to findings (``faults``)."""
+        return faults.kind_of(self.fault, self.trigger)
+
     def params(self) -> Dict[str, Any]:
         placed = [k for k in PLACEMENT_KEYS[1:] if getattr(self.trigger, k) is not None] or ["save"]
-        trigger = {k: getattr(self.trigger, k) for k in TRIGGER_KEYS[self.fault]
+        trigger = {k: getattr(self.trigger, k) for k in self.kind.trigger_keys
                    if (k not in PLACEMENT_KEYS or k in placed) and not (k in OPTIONAL_KEYS and getattr(self.trigger, k) is None)}
         return {"trigger": trigger, "expect": dataclasses.asdict(self.expect)}
 
@@ -245,8 +131,7 @@ def parse(text: str, where: str, overrides: Dict[str, Any] | None = None,
     for key in ("name", "fault"):
         if not isinstance(data.get(key), str) or not data[key]:
             raise UsageError(f"{where}: '{key}' must be a non-empty string")
-    if data["fault"] not in FAULTS:
-        raise UsageError(f"{where}: unknown fault '{data['fault']}' (known: {', '.join(FAULTS)})")
+    kind = faults.named(data["fault"], where)
     trigger = dict(_table(data, "trigger", where))
     expect = dict(_table(data, "expect", where))
     _check_given(overrides or {}, origins or {})
@@ -265,9 +150,9 @@ def parse(text: str, where: str, overrides: Dict[str, Any] | None = None,
         if section == "trigger" and name == "fraction":
             target.pop("write", None)  # an explicit fraction replaces the file's write index
         target[name] = value
-    built = _build(Trigger, trigger, "trigger", where, TRIGGER_KEYS[data["fault"]])
+    built = _build(Trigger, trigger, "trigger", where, kind.trigger_keys)
+    kind.check(built, where)
     needs = _build(Needs, dict(_table(data, "needs", where)), "needs", where)
-    needs = needs.at_least(FAULT_NEEDS.get(data["fault"], Needs()))
     return Scenario(
         name=data["name"],
         summary=str(data.get("summary", "")),
@@ -275,7 +160,7 @@ def parse(text: str, where: str, overrides: Dict[str, Any] | None = None,
         trigger=built,
         expect=_build(Expectation, expect, "expect", where),
         source=where,
-        needs=needs.at_least(NODE_NEEDS) if built.node is not None else needs,
+        needs=needs.at_least(faults.kind_of(data["fault"], built).needs),
     )
 
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
 
 import click
 
-from chaosckpt.conductor import config as configs, options, scenario as scenarios
+from chaosckpt.conductor import config as configs, faults, options, scenario as scenarios
 from chaosckpt.conductor.errors import EXIT_CODES, UsageError, exit_code
 from chaosckpt.conductor.nodes import cluster as clusters
 from chaosckpt.conductor.results import atomic
@@ -96,7 +96,7 @@ def prepare(args: Tuple[str, ...], scenario_name: str, params: Tuple[str, ...], 
     if not workdir.is_dir():
         raise UsageError(f"--workdir {workdir} is not a directory")
     scen = scenarios.load(scenario_name, dict(scenarios.parse_param(p) for p in params))
-    invocation.check_sweep(scen, bool(given["sweep"]))
+    faults.check_sweep(scen, bool(given["sweep"]))
     base = Path(conf.source).parent if conf.source and not args else None
     _refuse_unfit(scen, conf, workdir, base)
     spec = options.trial_spec(conf, workdir, base, sweep=bool(given["sweep"]))

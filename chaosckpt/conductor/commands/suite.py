@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import click
 
-from chaosckpt.conductor import config as configs, options, scenario as scenarios
+from chaosckpt.conductor import config as configs, faults, options, scenario as scenarios
 from chaosckpt.conductor.commands import report as report_command
 from chaosckpt.conductor.errors import EXIT_CODES, ExitCode, UsageError, exit_code, shown
 from chaosckpt.conductor.results import atomic, history, stored, timestamps
@@ -46,7 +46,7 @@ def _plan_trials(conf: configs.SuiteConfig, base: Path, params: Dict[str, Any],
         origins = {k: f"{conf.source or 'the configuration'}: params of {entry.scenario}: {k} = {shown(v)}"
                    for k, v in entry.params.items() if k not in params}
         scen = scenarios.load(name, overrides, origins)  # every trial's scenario and parameters are checked before anything runs
-        invocation.check_sweep(scen, entry.sweep)
+        faults.check_sweep(scen, entry.sweep)
         label = entry.id or "-".join([scenario_label(name), *(f"{k}={v}" for k, v in overrides.items()),
                                       *(["sweep"] if entry.sweep else [])])
         planned.append(PlannedTrial(label, name, overrides, entry.sweep, scen.unmet(1, ranks)))

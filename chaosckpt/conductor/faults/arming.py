@@ -1,4 +1,4 @@
-"""From a scenario's trigger and the reference run's saves to the fault spec the agent arms.
+"""What every fault kind arms with: from a trigger and the reference run's saves to the fault spec's save and place.
 
 The reference run tells where save ``k`` is and how large it is, so that "half of
 save 2" becomes a byte offset, and which directories hold checkpoints, so the
@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
+from chaosckpt import protocol
+from chaosckpt.conductor.faults.trigger import Trigger
 from chaosckpt.conductor.runs.runlog import RunLog, Save
-from chaosckpt.conductor.scenario import Scenario, Trigger
 from chaosckpt.locations import location
-
-AGENT_KIND = {"kill": "halt", "enospc": "enospc", "power-loss": "halt", "eval-left-on": "halt"}
 
 
 class NotArmable(Exception):
@@ -45,13 +44,10 @@ def checkpoint_dirs(reference: RunLog, extra: List[str]) -> List[str]:
     return found
 
 
-def needs_journal(scenario: Scenario, sweep: bool) -> bool:
-    return sweep or scenario.fault == "power-loss" or scenario.trigger.free_bytes is not None
-
-
-def arm(scenario: Scenario, reference: RunLog, track: Optional[List[str]], sweep: bool = False) -> Dict:
-    """The fault spec for ``CHAOSCKPT_FAULT``: which save, where in it, which directories to journal."""
-    trigger = scenario.trigger
+def start(kind: protocol.AgentFaultKind, trigger: Trigger, reference: RunLog,
+          track: Optional[List[str]]) -> Tuple[protocol.FaultSpec, Save]:
+    """The spec of a fault of ``kind`` in save ``trigger.save`` of ``reference``'s saving process, before its
+    placement, and that save as the reference made it."""
     saver = reference.saver()
     saves = saver.completed_saves() if saver is not None else []
     if not saves:
@@ -61,26 +57,21 @@ def arm(scenario: Scenario, reference: RunLog, track: Optional[List[str]], sweep
             f"the uninterrupted run completed {len(saves)} checkpoint save(s) and the scenario needs save "
             f"{trigger.save}; use --param save=N with N <= {len(saves)}, or make the job save more often"
         )
-    target = saves[trigger.save - 1]
-    fault: Dict = {"kind": AGENT_KIND[scenario.fault], "save": trigger.save, "rank": saver.rank}
+    spec = protocol.fault_spec(kind, trigger.save, rank=saver.rank)
     if track is not None:
-        fault["track"] = tracked(track)
-    if sweep or scenario.fault == "eval-left-on" or scenario.fault == "power-loss" and trigger.op is None:
-        fault["after_save"] = True
-    elif scenario.fault == "power-loss":
-        fault["at_op"] = trigger.op
-    elif trigger.free_bytes is not None:
-        fault["kind"] = "disk-full"
-        fault["free_bytes"] = trigger.free_bytes
-    elif trigger.file is not None:
-        fault.update(placed_in_file(trigger, target))
-    elif trigger.write is not None:
+        spec["track"] = tracked(track)
+    return spec, saves[trigger.save - 1]
+
+
+def in_save(trigger: Trigger, target: Save) -> Dict:
+    """Where in the save a fault fires: at a byte fraction or a write, of the whole save or of one of its files."""
+    if trigger.file is not None:
+        return placed_in_file(trigger, target)
+    if trigger.write is not None:
         if trigger.write > target.writes:
             raise NotArmable(f"save {trigger.save} makes {target.writes} writes; --param write={trigger.write} is past its end")
-        fault["at_write"] = trigger.write
-    else:
-        fault["at_byte"] = min(int(target.bytes * trigger.fraction), max(target.bytes - 1, 0))
-    return fault
+        return {"at_write": trigger.write}
+    return {"at_byte": min(int(target.bytes * trigger.fraction), max(target.bytes - 1, 0))}
 
 
 def tracked(roots: List[str]) -> List[str]:
@@ -121,10 +112,3 @@ def file_bytes(reference: RunLog, save: int) -> Dict[str, int]:
     cwd = (saver.hello or {}).get("cwd") or ""
     return {os.path.relpath(f["path"], cwd) if cwd else f["path"]: f["bytes"]
             for f in saves[save - 1].files if f.get("path") and f.get("bytes") is not None}
-
-
-def resume_fault(scenario: Scenario) -> Optional[Dict]:
-    """The fault armed in the resume run, for scenarios whose fault lies in how the job resumes."""
-    if scenario.fault == "eval-left-on":
-        return {"kind": "eval", "save": 1, "after_load": True}
-    return None

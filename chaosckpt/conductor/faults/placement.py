@@ -7,7 +7,8 @@ import dataclasses
 
 from chaosckpt.conductor.faults.arming import NEVER_SAVED, NotArmable
 from chaosckpt.conductor.runs.runlog import RunLog
-from chaosckpt.conductor.scenario import Scenario, duration_s
+from chaosckpt.conductor.faults.trigger import duration_s
+from chaosckpt.conductor.scenario import Scenario
 
 
 def resolve(scenario: Scenario, reference: RunLog) -> Scenario:

@@ -12,8 +12,8 @@ from typing import Iterable, List, Optional
 
 from chaosckpt.agent.horizon import met
 from chaosckpt.conductor.errors import UsageError, shown
+from chaosckpt.conductor.faults.trigger import Trigger, duration_s
 from chaosckpt.conductor.runs.runlog import RunLog
-from chaosckpt.conductor.scenario import Trigger, duration_s
 
 DEFAULT = 50
 END = "end"

@@ -90,16 +90,6 @@ def check_tolerance(option: str, value: float) -> None:
         raise UsageError(f"{option} {value:g} is invalid: use 0 for bitwise or a finite positive relative tolerance")
 
 
-SWEEPABLE = ("kill", "enospc", "power-loss")
-"""Faults that stop the job inside a save, the only ones whose crash points --sweep can walk."""
-
-
-def check_sweep(scenario, sweep: bool) -> None:
-    if sweep and scenario.fault not in SWEEPABLE:
-        raise UsageError(f"--sweep does not apply to {scenario.name}: its fault ({scenario.fault}) does not stop a "
-                         "save midway; use it with kill9-mid-save, enospc or power-loss")
-
-
 def excluded(paths: Sequence[Path], workdir: Path) -> List[Path]:
     """``--exclude`` values: paths under the working directory (relative ones are taken from it)."""
     out = []

@@ -46,7 +46,7 @@ class RunSpec:
     cwd: Path
     log_dir: Path
     timeout_s: float
-    fault: Optional[Dict] = None
+    fault: Optional[protocol.FaultSpec] = None
     env: Dict[str, str] = field(default_factory=dict)
     hold: Optional[Callable[[Path], bool]] = None
     """After a fault fires, the kill waits (at most ``HOLD_S``) until this is true of the events folder."""
@@ -131,7 +131,7 @@ def job_env(spec: RunSpec, events_dir: Path, mark: str) -> Dict[str, str]:
     env.pop(protocol.ENV_FAULT, None)
     env.pop(protocol.ENV_STOP, None)
     if spec.fault is not None:
-        env[protocol.ENV_FAULT] = json.dumps(spec.fault)
+        env[protocol.ENV_FAULT] = protocol.encode_fault(spec.fault)
     if spec.stop is not None:
         env[protocol.ENV_STOP] = json.dumps(spec.stop)
     return env

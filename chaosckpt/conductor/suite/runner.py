@@ -56,9 +56,8 @@ def random_points(base: PlannedTrial, count: int, seed: int, saves: int, keys: t
 
 
 def trigger_keys(scenario_name: str) -> tuple:
-    """The trigger keys the scenario's fault takes (where the scenario module declares them)."""
-    fault = scenarios.load(scenario_name).fault
-    return getattr(scenarios, "TRIGGER_KEYS", {}).get(fault, ("save", "fraction", "write"))
+    """The trigger keys the scenario's fault takes."""
+    return scenarios.load(scenario_name).kind.trigger_keys
 
 
 def completed_saves(reference_dir: Path) -> int:

@@ -6,13 +6,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from chaosckpt import protocol
 from chaosckpt.conductor.disk import crash
 from chaosckpt.conductor.faults import arming
-from chaosckpt.conductor.nodes import power
+from chaosckpt.conductor.faults.kind import Arming
 from chaosckpt.conductor.nodes.conduct import NodeFault
 from chaosckpt.conductor.runs import confinement
 from chaosckpt.conductor.runs.runlog import RunLog
-from chaosckpt.conductor.trial import ranks
 from chaosckpt.conductor.trial.context import Context
 from chaosckpt.conductor.trial.options import Stop
 
@@ -21,7 +21,7 @@ from chaosckpt.conductor.trial.options import Stop
 class Armed:
     """The fault spec, the sandbox it runs in, and the checkpoint directories it watches."""
 
-    fault: dict
+    fault: protocol.FaultSpec
     work: Path
     roots: List[str]
     """Checkpoint directories of the sandbox, absolute."""
@@ -41,21 +41,15 @@ class Armed:
 
 def arm(ctx: Context, reference: RunLog) -> Armed:
     scen = ctx.scenario
-    journal = arming.needs_journal(scen, sweep=ctx.opts.sweep)
+    journal = scen.kind.needs_journal(scen.trigger, ctx.opts.sweep)
     ckpt_dirs = arming.checkpoint_dirs(reference, ctx.opts.ckpt_dirs)
     work = ctx.sandbox("faulted")
     roots = [str((work / rel).resolve()) for rel in ckpt_dirs]
     if journal:
         confinement.require_inside(roots, work)
     try:
-        track = roots if journal else None
-        cut = None
-        if scen.fault == "rank-skew":
-            fault = ranks.arm(scen, reference, track)
-        elif power.wanted(scen):
-            fault, cut = power.arm(scen, reference, Path(ctx.trial.runs[0].events), ctx.opts.cluster, track, work)
-        else:
-            fault = arming.arm(scen, reference, track, sweep=ctx.opts.sweep)
+        how = Arming(work, roots if journal else None, ctx.opts.sweep, Path(ctx.trial.runs[0].events), ctx.opts.cluster)
+        fault, cut = scen.kind.arm(scen.trigger, reference, how)
     except arming.NotArmable as exc:
         raise Stop("fault-not-triggered", str(exc)) from None
     full = arming.full_bytes(reference, scen.trigger.save)

@@ -74,7 +74,7 @@ class Context:
         if isinstance(result, conduct.NodesResult) and result.lost:
             raise Stop("node-lost", conduct.lost_detail(result, self.opts.cluster))
         if (result.returncode or result.log_error) and diskspace.hit_full_disk(
-                result.stderr, result.events_dir, self.scenario.fault in ("enospc", "disk-full"), result.log_error):
+                result.stderr, result.events_dir, self.scenario.kind.fills_disk, result.log_error):
             raise Stop("disk-full", diskspace.describe(self.opts.results_dir, what=f"the {name} run could not write"))
         if result.timed_out and stop_on_timeout:
             raise Stop("timeout", f"the {name} run did not finish within {self.opts.timeout_s:g} s (see {result.stderr})")

@@ -21,7 +21,7 @@ def sweep_save(ctx: Context, ref: ProcessLog, armed: Armed, run: Faulted) -> Non
     scen, trial, work, roots = ctx.scenario, ctx.trial, armed.work, armed.roots
     proc = run.proc
     target = [s for s in proc.saves if s.index == scen.trigger.save][0]
-    model = scen.trigger.model if scen.fault == "power-loss" else "none"
+    model = scen.kind.crash_model(scen.trigger)
     earlier = [s for s in proc.completed_saves() if s.index < target.index]
     last_good = earlier[-1].step if earlier else None
     trial.last_good_step = last_good

@@ -12,7 +12,7 @@ from chaosckpt.conductor.disk import checkpoints
 from chaosckpt.conductor.results.result import Finding
 from chaosckpt.conductor.runs.launcher import RunResult
 from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog
-from chaosckpt.conductor.trial import ranks, score
+from chaosckpt.conductor.trial import score
 from chaosckpt.conductor.trial.arm import Armed
 from chaosckpt.conductor.trial.context import Context, rel
 from chaosckpt.conductor.trial.options import Stop
@@ -49,7 +49,7 @@ class Faulted:
 def faulted(ctx: Context, armed: Armed, reference: RunLog) -> Faulted:
     """Run the job with the fault armed; record in the verdict where it fired and what it left on disk."""
     fault = armed.fault
-    result = ctx.launch("faulted", ctx.opts.command, armed.work, fault, hold=ranks.hold(ctx.scenario, reference, fault),
+    result = ctx.launch("faulted", ctx.opts.command, armed.work, fault, hold=ctx.scenario.kind.hold(reference, fault),
                         stop=run_stop(ctx), cut=armed.cut)
     log = RunLog.read(result.events_dir)
     if not log.agent_loaded:

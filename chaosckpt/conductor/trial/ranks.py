@@ -1,4 +1,4 @@
-"""Multi-rank jobs: arming the rank-skew fault, and judging each rank's recovery, trajectory and data.
+"""Multi-rank jobs: judging each rank's recovery, trajectory and data (``faults.rank_skew`` arms the rank-skew fault).
 
 A distributed checkpoint is only as new as its oldest part, so the job's last
 good step is the oldest of the saving ranks' newest completed saves. Each rank's
@@ -9,94 +9,12 @@ process; ranks that came back from different steps are a finding of their own.
 from __future__ import annotations
 
 import dataclasses
-import functools
-import json
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Dict, List, Optional
 
-from chaosckpt import protocol
-from chaosckpt.conductor.faults import arming
 from chaosckpt.conductor.results.result import Finding, Trial
 from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog
-from chaosckpt.conductor.scenario import Scenario
 from chaosckpt.conductor.trial import coverage, score
-
-
-def target_rank(scenario: Scenario, reference: RunLog) -> int:
-    """The rank rank-skew holds mid-save: ``trigger.rank``, or for -1 the last rank that made the save."""
-    trigger = scenario.trigger
-    world = reference.world_size()
-    saves = {rank: len(p.completed_saves()) for rank, p in reference.ranks().items()}
-    savers = [rank for rank, n in saves.items() if n >= trigger.save]
-    unmet = scenario.unmet(1, world)  # a launcher of the user's own started one rank: none to disagree with
-    if unmet:
-        raise arming.NotArmable(unmet)
-    if not any(saves.values()):
-        raise arming.NotArmable(arming.NEVER_SAVED)
-    if trigger.rank == -1:
-        if not savers:
-            raise arming.NotArmable(
-                f"no rank completed {trigger.save} checkpoint saves in the uninterrupted run; use --param save=N "
-                f"with N <= {max(saves.values(), default=0)}, or make the job save more often"
-            )
-        return max(savers)
-    if trigger.rank >= world:
-        raise arming.NotArmable(f"--param rank={trigger.rank}: the job ran with {world} rank(s)")
-    if trigger.rank not in savers:
-        raise arming.NotArmable(
-            f"rank {trigger.rank} completed {saves.get(trigger.rank, 0)} checkpoint saves in the uninterrupted run and "
-            f"the scenario interrupts its save {trigger.save}; pick a rank that saves (ranks {savers or 'none'})"
-        )
-    return trigger.rank
-
-
-def arm(scenario: Scenario, reference: RunLog, track: Optional[List[str]]) -> Dict:
-    """The rank-skew fault: a halt, like a kill's, in the target rank's save, placed from that rank's own saves."""
-    rank = target_rank(scenario, reference)
-    own = RunLog([reference.ranks()[rank]])
-    fault = arming.arm(dataclasses.replace(scenario, fault="kill"), own, track)
-    fault["rank"] = rank
-    return fault
-
-
-def hold(scenario: Scenario, reference: RunLog, fault: Dict) -> Optional[Callable[[Path], bool]]:
-    """For rank-skew, what the kill waits for: every other rank that makes the save has finished it."""
-    if scenario.fault != "rank-skew":
-        return None
-    procs = reference.ranks()
-    others = [r for r, p in procs.items() if r != fault["rank"] and len(p.completed_saves()) >= fault["save"]]
-    calls = {r: len(procs[r].completed_saves()[fault["save"] - 1].files) for r in others}
-    return functools.partial(saves_finished, ranks=others, save=fault["save"], calls=calls) if others else None
-
-
-def saves_finished(events_dir: Path, ranks: List[int], save: int, calls: Optional[Dict[int, int]] = None) -> bool:
-    """Whether each of ``ranks`` has completed its checkpoint number ``save``, as its events say: the checkpoint
-    ended, or it made as many save calls as in the reference (``calls``), all returned; a checkpoint ends only
-    at the next step, which a rank waiting for the held one in a collective never reaches."""
-    done = RunLog.read(events_dir).ranks()
-
-    def finished(rank: int) -> bool:
-        saves = [s for s in done[rank].saves if s.index == save] if rank in done else []
-        if not saves:
-            return False
-        want = (calls or {}).get(rank, 0)
-        returned = [f for f in saves[0].files if f.get("ok")]
-        return bool(saves[0].ok) or (want > 0 and len(returned) >= want)
-
-    return all(finished(r) for r in ranks)
-
-
-def skew_env(scenario: Scenario, reference: RunLog) -> Dict[str, str]:
-    """The resume run's environment for rank-skew's ``offset`` and ``reset`` variants."""
-    trigger = scenario.trigger
-    if scenario.fault != "rank-skew" or trigger.variant == "kill":
-        return {}
-    spec: Dict = {"variant": trigger.variant}
-    if trigger.variant == "offset":
-        spec["offset"] = trigger.offset
-        spec["rank"] = reference.world_size() - 1 if trigger.rank == -1 else trigger.rank
-    return {protocol.ENV_SAMPLER_SKEW: json.dumps(spec)}
 
 
 def last_good(faulted: RunLog) -> Optional[int]:

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from chaosckpt.conductor.faults import arming
 from chaosckpt.conductor.runs.launcher import RunResult
 from chaosckpt.conductor.runs.runlog import RunLog
-from chaosckpt.conductor.trial import ranks
 from chaosckpt.conductor.trial.arm import Armed
 from chaosckpt.conductor.trial.context import Context
 from chaosckpt.conductor.trial.options import Stop
@@ -23,8 +21,8 @@ class Resumed:
 def resume(ctx: Context, armed: Armed, reference: RunLog) -> Resumed:
     """The resume run; one that hangs is still judged (a hang is what disagreeing ranks do)."""
     scen = ctx.scenario
-    result = ctx.launch("resume", ctx.opts.resume_command, armed.work, fault=arming.resume_fault(scen),
-                        env=ranks.skew_env(scen, reference), stop_on_timeout=False, stop=resume_stop(ctx))
+    result = ctx.launch("resume", ctx.opts.resume_command, armed.work, fault=scen.kind.resume_fault(),
+                        env=scen.kind.resume_env(scen.trigger, reference), stop_on_timeout=False, stop=resume_stop(ctx))
     log = RunLog.read(result.events_dir)
     if log.trainer() is None and result.returncode == 0:
         raise Stop(

@@ -73,7 +73,7 @@ class TrialRunner:
             return
         if armed.cut is not None and armed.cut.model is not None:
             node_power_loss(ctx, armed, run)
-        elif ctx.scenario.fault == "power-loss":
+        elif ctx.scenario.kind.needs_aftermath:
             power_loss(ctx, armed, run.log)
         if run.carried_on:
             judge_survivor(ctx, ref, run.log.trainer() or run.proc, armed)

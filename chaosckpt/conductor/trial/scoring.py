@@ -54,9 +54,9 @@ def recovered(ctx: Context, ref: ProcessLog, armed: Armed, run: Faulted, resumed
             "give that with --resume-args, e.g. --resume-args=--resume"))
     trial.findings.extend(save_damage(ctx, run, armed))
     trial.findings.extend(checkpoint_findings(run, resumed.log, rec.error, lambda p: rel(p, armed.work) or p))
-    if armed.disk is not None and ctx.scenario.fault == "power-loss" and run.completed and rec.outcome != "last-good":
+    if armed.disk is not None and ctx.scenario.kind.needs_aftermath and run.completed and rec.outcome != "last-good":
         trial.findings.append(lost_checkpoint(ctx, run.completed[-1], run.log.ops(), armed))
-    if armed.disk is not None and ctx.scenario.fault == "power-loss" and run.completed:
+    if armed.disk is not None and ctx.scenario.kind.needs_aftermath and run.completed:
         trial.findings.extend(copies.lost(run.completed[-1], run.log.ops(), armed.disk, ctx.scenario.trigger.model,
                                           lambda p: rel(p, armed.work) or p))
 

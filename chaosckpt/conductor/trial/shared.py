@@ -52,7 +52,7 @@ def shareable(scenario: Scenario, nproc: int) -> Optional[int]:
     SIGKILL at a byte fraction or a write, or a power loss, or a sweep of either, in a save named by its
     number; None otherwise."""
     trigger = scenario.trigger
-    if scenario.fault not in ("kill", "power-loss") or nproc != 1 or trigger.node is not None:
+    if not scenario.kind.shareable or nproc != 1:
         return None
     if any(getattr(trigger, key, None) is not None for key in ("step", "after")) or trigger.save < 1:
         return None
@@ -85,8 +85,8 @@ def run_prefix(ctx: Context) -> None:
     if saver is None or len(saver.completed_saves()) < save:
         raise Stop("fault-not-triggered", f"the uninterrupted run did not complete save {save}")
     disk = crash.Disk.scan(roots)
-    fault = {"kind": "halt", "save": save, "rank": saver.rank, "after_save": True, "write_ends": True,
-             "track": arming.tracked(roots)}
+    fault = protocol.fault_spec("halt", save, rank=saver.rank, after_save=True, write_ends=True,
+                                track=arming.tracked(roots))
     result = ctx.launch("faulted", ctx.opts.command, work, fault, stop=run_stop(ctx))
     if not result.fault_fired:
         raise Stop("fault-not-triggered", f"the shared run ended without completing save {save}")
@@ -108,7 +108,7 @@ def rebuild(ctx: Context, armed: Armed, prefix: Path) -> Optional[Faulted]:
     the journal cannot say it (the save's file was not journaled, the operation is past the shared run's
     end): the trial then runs its own faulted run."""
     stored = json.loads((prefix / RECORD).read_text())
-    if ctx.opts.sweep or ctx.scenario.fault == "power-loss":
+    if ctx.opts.sweep or ctx.scenario.kind.needs_aftermath:
         return _journaled(ctx, armed, prefix, stored)
     initial = crash.Disk.from_dict(json.loads((prefix / DISK).read_text()))
     record = _record(stored)
