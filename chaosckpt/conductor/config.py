@@ -18,6 +18,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from chaosckpt.conductor.errors import UsageError, shown
 from chaosckpt.conductor.runs import horizon as horizons
+from chaosckpt.protocol import FINDING_KINDS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -64,6 +65,8 @@ class SuiteConfig:
     share: bool = True
     """Kills, power losses and sweeps of the same save share one journaled faulted run (``trial.shared``); false
     runs each alone."""
+    ignore: Tuple[str, ...] = ()
+    """Finding kinds listed as ignored and counted toward no verdict (``--ignore``)."""
     source: Optional[str] = None
 
     def merged(self, **cli: Any) -> "SuiteConfig":
@@ -128,6 +131,16 @@ def _flag(key: str, value: Any) -> None:
         raise UsageError(f"{key} must be true or false, got {shown(value)}")
 
 
+def _kinds(key: str, value: Any) -> None:
+    if not isinstance(value, tuple) or not all(isinstance(v, str) for v in value):
+        raise UsageError(f"{key} must be a list of finding kinds, got {shown(value)}")
+    for kind in value:
+        if kind not in FINDING_KINDS:
+            close = difflib.get_close_matches(kind, FINDING_KINDS, n=3)
+            hint = f"did you mean {' or '.join(close)}?" if close else f"known kinds: {', '.join(FINDING_KINDS)}"
+            raise UsageError(f"{key}: '{kind}' is not a finding kind; {hint}")
+
+
 def _entries(key: str, value: Any) -> None:
     if not isinstance(value, tuple) or not all(isinstance(v, ScenarioEntry) for v in value):
         raise UsageError(f"{key} must be a list of scenarios")
@@ -150,6 +163,7 @@ _CHECKS: Dict[str, Callable[[str, Any], None]] = {
     "map": _paths,
     "exclude": _paths,
     "share": _flag,
+    "ignore": _kinds,
 }
 KEYS = tuple(k for k in _CHECKS)
 """The keys a configuration file may hold; ``source`` is chaosckpt's own."""
@@ -212,6 +226,8 @@ def from_table(table: Dict[str, Any], base: Path, prefix: str) -> SuiteConfig:
             if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
                 raise UsageError(f"{name} must be a list of paths (strings), got {shown(value)}")
             value = tuple(base / v if key == "map" else Path(v) for v in value)
+        elif key == "ignore" and isinstance(value, list):
+            value = tuple(value)
         elif key == "scenarios":
             if not isinstance(value, list) or not value:
                 raise UsageError(f"{name} must be a non-empty list of scenarios")

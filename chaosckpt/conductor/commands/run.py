@@ -65,10 +65,13 @@ from chaosckpt.conductor.trial import TrialOptions, render, run_trial
 @click.option("--horizon", "horizon_value", default=None, metavar="N|end",
               help="Steps compared after the resume point: each run stops that far past the point it matters for; "
                    f"'end' runs every run to the job's end (default {horizons.DEFAULT}).")
+@click.option("--ignore", "ignored", multiple=True, metavar="KIND",
+              help="List findings of this kind as ignored and count none toward the verdict (repeatable), "
+                   "e.g. --ignore rng-states-missing.")
 @click.option("--json", "as_json", is_flag=True, help="Print only the result document, as JSON, on stdout.")
 def command(args, scenario_name, params, resume_args, resume_cmd, timeout, tolerance, out, workdir, keep_sandbox, sweep,
             max_resumes, ckpt_dirs, maps, excludes, nproc, nnodes, hosts, node_cmd, listen, config_path, horizon_value,
-            as_json):
+            ignored, as_json):
     """Run a training job, inject a fault, resume it, and score the recovery.
 
     \b
@@ -98,7 +101,7 @@ def command(args, scenario_name, params, resume_args, resume_cmd, timeout, toler
         config_path, Path.cwd(), command=tuple(args) or None, nproc=nproc, timeout=timeout, tolerance=tolerance,
         results=out, workdir=workdir, resume_args=invocation.split_tuple("--resume-args", resume_args),
         resume_command=invocation.split_tuple("--resume-cmd", resume_cmd), horizon=horizon_value,
-        map=tuple(maps) or None, exclude=tuple(excludes) or None)
+        map=tuple(maps) or None, exclude=tuple(excludes) or None, ignore=tuple(ignored) or None)
     workdir = conf.workdir.resolve()
     if not workdir.is_dir():
         raise UsageError(f"--workdir {workdir} is not a directory")
@@ -117,7 +120,8 @@ def command(args, scenario_name, params, resume_args, resume_cmd, timeout, toler
     results = invocation.results_dir(out, scen.name)
     opts = TrialOptions(command, resume, workdir, results, timeout, tolerance, keep_sandbox, exclude=exclude,
                         ckpt_dirs=watched, sweep=sweep, max_resumes=max_resumes, maps=[Path(m) for m in mapped],
-                        horizon=horizon, progress=progress.wanted(as_json), cluster=cluster)
+                        horizon=horizon, progress=progress.wanted(as_json), cluster=cluster,
+                        ignore=list(conf.ignore))
     if not as_json:
         click.echo(f"chaosckpt: {scen.name} on {shlex.join(command)} (results in {os.path.relpath(results)})", err=True)
         survey = preflight.survey(workdir, [*exclude, results], results / "sandboxes")

@@ -82,7 +82,8 @@ def _new_plan(conf: configs.SuiteConfig, from_cli: bool, params: Dict[str, Any])
     plan = Plan(args=args, command=command, resume_command=resume, resume_option=resume_option, workdir=str(workdir),
                 results=str(results), timeout=float(conf.timeout), tolerance=float(conf.tolerance), nproc=conf.nproc,
                 seed=conf.seed, trials=trials, reference_key=cache.key(parts), created=timestamps.now(),
-                horizon=horizons.parse(conf.horizon, "horizon"), maps=maps, exclude=exclude, share=conf.share)
+                horizon=horizons.parse(conf.horizon, "horizon"), maps=maps, exclude=exclude, share=conf.share,
+                ignore=list(conf.ignore))
     return plan, parts
 
 
@@ -155,6 +156,9 @@ def _line(item: Finished) -> str:
 @click.option("--share/--no-share", default=None,
               help="Kills, power losses and sweeps of the same save share one journaled faulted run (default); "
                    "--no-share runs each alone.")
+@click.option("--ignore", "ignored", multiple=True, metavar="KIND",
+              help="List findings of this kind as ignored and count none toward the verdict (repeatable), "
+                   "e.g. --ignore rng-states-missing.")
 @click.option("--resume", "resume_suite", is_flag=True, help="Continue the newest interrupted suite; finished trials are kept.")
 @click.option("-k", "keyword", default=None, metavar="EXPR",
               help='Only trials whose id or scenario matches EXPR, as pytest\'s -k: -k "enospc and not late".')
@@ -165,7 +169,7 @@ def _line(item: Finished) -> str:
 @click.option("--markdown", "markdown_path", type=click.Path(path_type=Path), default=None, help="Markdown summary path (default: in the suite's folder).")
 @click.option("--json", "as_json", is_flag=True, help="Print only one JSON document on stdout: the verdicts and where the reports are.")
 def command(args, config_path, scenario_names, params, resume_args, resume_cmd, nproc, timeout, tolerance, out, workdir,
-            jobs, trials, seed, horizon_value, share, resume_suite, keyword, fresh_reference, keep_sandbox, html_path, junit_path, markdown_path, as_json):
+            jobs, trials, seed, horizon_value, share, ignored, resume_suite, keyword, fresh_reference, keep_sandbox, html_path, junit_path, markdown_path, as_json):
     """Run every configured scenario against the job, then write HTML, JUnit and Markdown reports.
 
     \b
@@ -188,7 +192,7 @@ def command(args, config_path, scenario_names, params, resume_args, resume_cmd, 
         resume_command=invocation.split_tuple("--resume-cmd", resume_cmd),
         nproc=nproc, timeout=timeout, tolerance=tolerance, results=out, workdir=workdir, jobs=jobs, trials=trials,
         seed=seed, scenarios=tuple(configs.ScenarioEntry(n) for n in scenario_names) or None, horizon=horizon_value,
-        share=share,
+        share=share, ignore=tuple(ignored) or None,
     )
     if keyword is not None:
         keywords.matcher(keyword)  # a malformed expression is refused before anything runs

@@ -65,6 +65,8 @@ class Plan:
     """Paths under ``workdir`` left out of the sandboxes."""
     share: bool = True
     """Trials that kill the job inside the same save share one faulted run (``trial.shared``)."""
+    ignore: List[str] = field(default_factory=list)
+    """Finding kinds counted toward no verdict (``--ignore``)."""
     format: int = FORMAT
     chaosckpt: str = __version__
 
@@ -97,6 +99,8 @@ class Plan:
             argv += ["--nproc", str(self.nproc)]
         if self.horizon != horizon.DEFAULT:
             argv += ["--horizon", horizon.END if self.horizon is None else str(self.horizon)]
+        for kind in self.ignore:
+            argv += ["--ignore", kind]
         argv += ["--", *self.args]
         line = shlex.join(argv)
         here = Path.cwd().resolve()

@@ -123,6 +123,7 @@ class Suite:
             "maps": self.plan.maps,
             "prefix": None if prefix is None else str(prefix),
             "sweep": trial.sweep,
+            "ignore": self.plan.ignore,
         }
         path = folder / "spec.json"
         atomic.write_text(path, json.dumps(spec, indent=2) + "\n")

@@ -33,6 +33,7 @@ def worker(spec_path: Path) -> int:
         exclude=[Path(p) for p in spec["exclude"]], horizon=spec.get("horizon", horizon.DEFAULT),
         maps=[Path(p) for p in spec.get("maps", [])],
         prefix=Path(spec["prefix"]) if spec.get("prefix") else None, sweep=spec.get("sweep", False),
+        ignore=spec.get("ignore", []),
     )
     if opts.prefix == opts.results_dir:
         return shared.make_prefix(scen, opts)
