@@ -120,8 +120,7 @@ def command(args, scenario_name, params, resume_args, resume_cmd, timeout, toler
     results = invocation.results_dir(out, scen.name)
     opts = TrialOptions(command, resume, workdir, results, timeout, tolerance, keep_sandbox, exclude=exclude,
                         ckpt_dirs=watched, sweep=sweep, max_resumes=max_resumes, maps=[Path(m) for m in mapped],
-                        horizon=horizon, progress=progress.wanted(as_json), cluster=cluster,
-                        ignore=list(conf.ignore))
+                        horizon=horizon, progress=progress.wanted(as_json), cluster=cluster, ignore=list(conf.ignore))
     if not as_json:
         click.echo(f"chaosckpt: {scen.name} on {shlex.join(command)} (results in {os.path.relpath(results)})", err=True)
         survey = preflight.survey(workdir, [*exclude, results], results / "sandboxes")
