@@ -96,7 +96,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Literal, Optional, Tuple, TypedDict, cast
+from typing import Any, Dict, Iterator, List, Literal, Optional, Tuple, TypedDict, cast, get_args
 
 SCHEMA_VERSION = 1
 
@@ -256,3 +256,56 @@ def decode_fault(text: str) -> FaultSpec:
     if len(placed) != 1:
         raise FaultSpecError(f"fault {text} needs exactly one of {', '.join(FAULT_PLACEMENTS[kind])}")
     return cast(FaultSpec, spec)
+# ---------------------------------------------------------------------------------------------------------------
+# Finding kinds and their severities: what a trial's result may report, named once for the conductor (which
+# builds the findings), the agent (whose save-end ``content`` carries some) and the users who silence them.
+# ---------------------------------------------------------------------------------------------------------------
+
+Severity = Literal["error", "warning", "note"]
+"""``error``: the finding fails the trial by itself; ``warning``: a defect that can cost a resume, whether or not
+this trial hit it (a divergence cause among them); ``note``: information that changes no verdict."""
+
+FindingKind = Literal[
+    "acknowledged-checkpoint-lost",
+    "baseline-nondeterministic",
+    "checkpoint-view-bloat",
+    "crash-at-exit",
+    "epoch-order-differs",
+    "epoch-order-replayed",
+    "eval-mode-in-training",
+    "in-place-save",
+    "move-became-copy",
+    "no-loadable-checkpoint",
+    "no-loader-state",
+    "no-step-in-checkpoint",
+    "non-finite-loss",
+    "not-interposed",
+    "ranks-disagree",
+    "resume-chose-dcp-without-metadata",
+    "resume-chose-incomplete",
+    "resume-exited",
+    "resume-hung",
+    "resume-not-resuming",
+    "rng-captured-early",
+    "rng-drawn-after-restore",
+    "rng-not-restored",
+    "rng-states-missing",
+    "rotation-before-complete",
+    "sampler-epoch-never-set",
+    "sampler-missing",
+    "sampler-overlap",
+    "step-count-differs",
+    "sweep",
+    "torn-checkpoint",
+]
+"""Every kind of finding a trial reports."""
+
+FINDING_KINDS = get_args(FindingKind)
+
+_ERRORS: tuple[FindingKind, ...] = ("acknowledged-checkpoint-lost", "no-loadable-checkpoint", "ranks-disagree", "resume-exited",
+           "resume-hung")
+_NOTES: tuple[FindingKind, ...] = ("crash-at-exit", "not-interposed", "sweep")
+SEVERITY: Dict[str, Severity] = {
+    kind: "error" if kind in _ERRORS else "note" if kind in _NOTES else "warning" for kind in FINDING_KINDS
+}
+"""The severity of each finding kind, as reported unless the trial disproved the consequence it predicts."""

@@ -70,6 +70,8 @@ class SuiteConfig:
     max_resumes: int = 3
     ckpt_dirs: Tuple[str, ...] = ()
     """Checkpoint directories (``--ckpt-dir``), relative to ``workdir``."""
+    ignore: Tuple[str, ...] = ()
+    """Finding kinds listed as ignored and counted toward no verdict (``--ignore``)."""
     nnodes: Optional[int] = None
     hosts: Optional[str] = None
     node_cmd: Optional[str] = None
@@ -189,6 +191,8 @@ def _value(key: str, value: Any, base: Path, name: str) -> Any:
     schema = options.BY_NAME[key].schema if key in options.BY_NAME else None
     if schema is options.ARGV:
         return _as_argv(name, value)
+    if key == "ignore":
+        return options.finding_kinds(name, value)
     if key in ("exclude", "ckpt_dirs"):
         return tuple(Path(v) if key == "exclude" else v for v in value)
     if schema is options.PATHS:

@@ -10,12 +10,14 @@ trial's options from). Importing this module imports no torch, so ``chaosckpt --
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 import click
 
+from chaosckpt import protocol
 from chaosckpt.conductor.errors import UsageError, shown
 from chaosckpt.conductor.nodes import cluster as clusters
 from chaosckpt.conductor.runs import horizon as horizons, invocation, sandbox
@@ -120,6 +122,10 @@ OPTIONS: Tuple[Option, ...] = (
     Option("max_resumes", whole(0), "With --sweep: run full resumes for at most N distinct disk states (the rest get "
            "a load check; default 3).", ("--max-resumes",), {"type": click.IntRange(0), "metavar": "N"},
            fields=("max_resumes",)),
+    Option("ignore", _must("a list of finding kinds", type="array", items={"type": "string"}),
+           "List findings of this kind as ignored and count none toward the verdict (repeatable), "
+           "e.g. --ignore rng-states-missing.", ("--ignore",), {"multiple": True, "metavar": "KIND"},
+           fields=("ignore",), check=lambda flag, kinds: finding_kinds(flag, kinds)),
     Option("sweep", FLAG, "Crash after every operation of the save in turn and report what a restarted job finds for "
            "each (in a suite: sweep = true in a scenarios entry).", ("--sweep",), {"is_flag": True, "default": None},
            fields=("sweep",), suite=False, config=False),
@@ -136,6 +142,16 @@ OPTIONS: Tuple[Option, ...] = (
            "host's name).", ("--listen",), {"metavar": "ADDRESS"}, fields=("cluster",), suite=False),
 )
 BY_NAME = {o.name: o for o in OPTIONS}
+
+
+def finding_kinds(where: str, kinds: Any) -> Tuple[str, ...]:
+    """``kinds`` if every one is a finding kind; else a usage error naming the close matches."""
+    for kind in kinds:
+        if kind not in protocol.FINDING_KINDS:
+            close = difflib.get_close_matches(kind, protocol.FINDING_KINDS, n=3)
+            hint = f"did you mean {' or '.join(close)}?" if close else f"known kinds: {', '.join(protocol.FINDING_KINDS)}"
+            raise UsageError(f"{where}: '{kind}' is not a finding kind; {hint}")
+    return tuple(kinds)
 MULTI_NODE = ("nnodes", "hosts", "node_cmd", "listen")
 """The options of a multi-node job; a suite runs its shared reference on this machine, so it refuses them."""
 
@@ -216,6 +232,7 @@ def trial_spec(conf: Any, workdir: Path, base: Optional[Path], **more: Any) -> D
         "ckpt_dirs": invocation.ckpt_dirs(conf.ckpt_dirs, workdir),
         "horizon": horizons.parse(conf.horizon, "horizon"),
         "cluster": None if cluster is None else vars(cluster),
+        "ignore": list(conf.ignore),
     }
     return {**spec, **{k: str(v) if isinstance(v, Path) else v for k, v in more.items()}}
 

@@ -9,13 +9,14 @@ Full resumes are run for the first few distinct states only (``--max-resumes``).
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
 from chaosckpt.conductor.disk import crash
 from chaosckpt.conductor.disk.checkpoint_folder import CHECKPOINT_SUFFIXES
 from chaosckpt.conductor.disk.loadcheck import LoadChecker
+from chaosckpt.conductor.results.result import CrashPointRecord
 
 
 @dataclass
@@ -28,8 +29,9 @@ class CrashPoint:
     files: List[Dict]
     outcome: Optional[str] = None
 
-    def to_dict(self) -> Dict:
-        return asdict(self)
+    def to_dict(self) -> CrashPointRecord:
+        return CrashPointRecord(op=self.op, operation=self.operation, state=self.state, files=self.files,
+                                outcome=self.outcome)
 
 
 def describe(op: Optional[dict], name: Callable[[str], str]) -> str:

@@ -106,6 +106,8 @@ class Plan:
             argv += ["--nproc", str(self.nproc)]
         if self.horizon != horizon.DEFAULT:
             argv += ["--horizon", horizon.END if self.horizon is None else str(self.horizon)]
+        for kind in self.options.get("ignore", []):
+            argv += ["--ignore", kind]
         argv += ["--", *self.args]
         line = shlex.join(argv)
         here = Path.cwd().resolve()

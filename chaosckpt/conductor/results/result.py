@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Literal, Optional
+from typing import Any, Dict, List, Literal, Optional, TypedDict
+
+from chaosckpt.protocol import SEVERITY, FindingKind, Severity
 
 Status = Literal["passed", "failed", "inconclusive"]
 Outcome = Literal["last-good", "older", "scratch", "crashed", "unknown-state", "survived"]
@@ -27,16 +29,80 @@ Reason = Literal[
 """Why a verdict could not be established (status ``inconclusive``)."""
 
 
+class FaultRecord(TypedDict, total=False):
+    """Where the fault struck: the save and step, the write or operation, and the files as it left them."""
+
+    kind: str
+    save: int
+    step: Optional[int]
+    write: int
+    bytes: int
+    op: int
+    free_bytes: int
+    path: Optional[str]
+    files: Dict[str, Optional[int]]
+    """Size on disk (null: missing) of every file the job saved to, as the fault left them."""
+    model: str
+    """The crash model a power loss (or a sweep) rebuilt the disk with."""
+    node: int
+    """The node the fault struck (multi-node jobs)."""
+    rank: Optional[int]
+    shared: str
+    """The suite's shared faulted run the crash state was rebuilt from."""
+
+
+class _RankVerdict(TypedDict):
+    """The fields every rank has (``trial.ranks.RankVerdict``)."""
+
+    rank: int
+    outcome: str
+    recovered_step: Optional[int]
+    reproduced: Optional[bool]
+    first_divergent_step: Optional[int]
+    compared_steps: int
+    steps_taken: int
+    last_step: Optional[int]
+    last_save: Optional[Dict[str, Any]]
+    error: Optional[str]
+
+
+class RankRecord(_RankVerdict, total=False):
+    """One rank of a multi-rank job: where it resumed from, whether it reproduced, where it stopped; on several
+    nodes, the node it ran on and its machine."""
+
+    node: int
+    host: str
+
+
+class CrashPointRecord(TypedDict):
+    """One crash point of a sweep: after which operation, the disk state it leaves, and the resume's outcome."""
+
+    op: int
+    operation: str
+    state: int
+    files: List[Dict[str, Any]]
+    outcome: Optional[str]
+
+
 @dataclass
 class Finding:
     """One thing the user can act on; ``details`` carries the evidence."""
 
-    kind: str
+    kind: FindingKind
     message: str
     details: Dict[str, Any] = field(default_factory=dict)
+    severity: Optional[Severity] = None
+    """None: the kind's (``protocol.SEVERITY``); a note where the trial disproved what the kind predicts."""
+    ignored: bool = False
+    """The user silenced this kind (``ignore``): listed, but it counts toward no verdict."""
+
+    def __post_init__(self) -> None:
+        if self.severity is None:
+            self.severity = SEVERITY.get(self.kind, "warning")
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"kind": self.kind, "message": self.message, **self.details}
+        return {"kind": self.kind, "message": self.message, "severity": self.severity, "ignored": self.ignored,
+                **self.details}
 
 
 @dataclass
@@ -74,7 +140,7 @@ class Trial:
     reason: Optional[Reason] = None
     detail: Optional[str] = None
     params: Dict[str, Any] = field(default_factory=dict)
-    fault: Optional[Dict[str, Any]] = None
+    fault: Optional[FaultRecord] = None
     last_good_step: Optional[int] = None
     recovered_step: Optional[int] = None
     outcome: Optional[Outcome] = None
@@ -89,11 +155,11 @@ class Trial:
     """Steps compared after the resume point at most; null: every run went to the job's end."""
     tolerance: float = 0.0
     findings: List[Finding] = field(default_factory=list)
-    ranks: List[Dict[str, Any]] = field(default_factory=list)
+    ranks: List[RankRecord] = field(default_factory=list)
     """Multi-rank jobs: per rank, where it resumed from, whether it reproduced, where it stopped."""
     runs: List[RunRecord] = field(default_factory=list)
     results_dir: str = ""
-    sweep: Optional[List[Dict[str, Any]]] = None
+    sweep: Optional[List[CrashPointRecord]] = None
     """With ``--sweep``: one row per crash point (operation, files on disk, outcome where resumed)."""
 
     @property

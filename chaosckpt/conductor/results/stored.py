@@ -17,12 +17,16 @@ from chaosckpt.conductor.results.result import Finding, RunRecord, Trial
 from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog
 
 
+_FINDING_KEYS = ("kind", "message", "severity", "ignored")
+
+
 def trial_from_dict(data: Dict[str, Any]) -> Trial:
     """A typed trial from its stored document; keys this version does not know are left out."""
     known = {f.name for f in dataclasses.fields(Trial)}
     values = {k: v for k, v in data.items() if k in known}
     values["findings"] = [
-        Finding(f["kind"], f["message"], {k: v for k, v in f.items() if k not in ("kind", "message")})
+        Finding(f["kind"], f["message"], {k: v for k, v in f.items() if k not in _FINDING_KEYS},
+                f.get("severity"), bool(f.get("ignored")))
         for f in data.get("findings", [])
     ]
     run_fields = {f.name for f in dataclasses.fields(RunRecord)}

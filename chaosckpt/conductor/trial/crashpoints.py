@@ -17,7 +17,8 @@ from chaosckpt.conductor.trial.faulted import Faulted
 from chaosckpt.conductor.trial.plan import resume_stop
 
 
-def sweep_save(ctx: Context, ref: ProcessLog, armed: Armed, run: Faulted) -> None:
+def sweep_save(ctx: Context, ref: ProcessLog, armed: Armed, run: Faulted) -> bool:
+    """Every crash point of the save into the verdict; whether each resumed as expected and every state loads."""
     scen, trial, work, roots = ctx.scenario, ctx.trial, armed.work, armed.roots
     proc = run.proc
     target = [s for s in proc.saves if s.index == scen.trigger.save][0]
@@ -66,4 +67,4 @@ def sweep_save(ctx: Context, ref: ProcessLog, armed: Armed, run: Faulted) -> Non
             {"points": len(sw.points), "states": len(sw.states), "unloadable_states": unloadable},
         )
     )
-    trial.status = "failed" if failed or unloadable else "passed"
+    return not failed and not unloadable

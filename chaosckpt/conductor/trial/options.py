@@ -46,6 +46,8 @@ class TrialOptions:
     prefix: Optional[Path] = None
     """A suite's shared faulted run of the trial's save (``shared``): the crash state is rebuilt from its
     journal instead of running the job up to the fault again."""
+    ignore: List[str] = field(default_factory=list)
+    """Finding kinds the user silenced (``--ignore``): listed as ignored, counted toward no verdict."""
 
 
 _PATHS = ("workdir", "results_dir", "reference", "prefix")

@@ -8,11 +8,10 @@ process; ranks that came back from different steps are a finding of their own.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
-from chaosckpt.conductor.results.result import Finding, Trial
+from chaosckpt.conductor.results.result import Finding, RankRecord, Trial
 from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog
 from chaosckpt.conductor.trial import coverage, score
 
@@ -43,6 +42,13 @@ class RankVerdict:
     last_step: Optional[int]
     last_save: Optional[Dict]
     error: Optional[str] = None
+
+    def record(self) -> RankRecord:
+        """This rank's entry in the result document."""
+        return RankRecord(rank=self.rank, outcome=self.outcome, recovered_step=self.recovered_step,
+                          reproduced=self.reproduced, first_divergent_step=self.first_divergent_step,
+                          compared_steps=self.compared_steps, steps_taken=self.steps_taken, last_step=self.last_step,
+                          last_save=self.last_save, error=self.error)
 
 
 def _position(proc: Optional[ProcessLog], start: Optional[int]) -> Dict:
@@ -124,7 +130,8 @@ def hung(ranks: List[Dict], timeout_s: float) -> Finding:
 
 def judge(trial: Trial, reference: RunLog, faulted: RunLog, resume: RunLog, resume_rc: Optional[int],
           stderr_tail: str, tolerance: float) -> bool:
-    """Per-rank verdicts and data coverage into ``trial``; False when they fail it whatever rank 0 did.
+    """Per-rank verdicts and data coverage into ``trial``; False when the coverage fails it whatever rank 0 did
+    (ranks that resumed from different steps fail it by their ``ranks-disagree`` finding).
 
     For a multi-rank job the headline fields (last good step, outcome, recovered step) become the job's
     and rank 0's, judged against the last step every rank had saved.
@@ -137,7 +144,7 @@ def judge(trial: Trial, reference: RunLog, faulted: RunLog, resume: RunLog, resu
     if max(reference.world_size(), resume.world_size()) > 1:
         good = last_good(faulted)
         ranks = verdicts(reference, faulted, resume, resume_rc, stderr_tail, good, tolerance)
-        trial.ranks = [dataclasses.asdict(v) for v in ranks]
+        trial.ranks = [v.record() for v in ranks]
         recovered = {v.rank: v.recovered_step for v in ranks}
         first = ranks[0]
         trial.last_good_step = good
@@ -154,7 +161,6 @@ def judge(trial: Trial, reference: RunLog, faulted: RunLog, resume: RunLog, resu
         split = disagreement(ranks)
         if split is not None:
             findings.append(split)
-            ok = False
     if not baseline:
         resumed = coverage.partition(resume, "resumed run")
         findings += resumed

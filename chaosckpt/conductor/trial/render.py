@@ -6,11 +6,7 @@ import os
 from typing import List
 
 from chaosckpt.conductor.results.result import Trial
-
-DIVERGENCE_CAUSES = ("eval-mode-in-training", "rng-not-restored", "rng-captured-early", "rng-drawn-after-restore",
-                     "step-count-differs", "epoch-order-replayed", "epoch-order-differs", "sampler-overlap",
-                     "sampler-missing")
-"""Finding kinds that explain a divergence; the first one found goes into the headline."""
+from chaosckpt.conductor.trial.verdict import DIVERGENCE_CAUSES, cause
 
 REASONS = {
     "fault-not-triggered": "the fault never fired",
@@ -53,16 +49,14 @@ def headline(trial: Trial) -> str:
             return f"{verdict} {name} sweep: {summary}"
         return f"{verdict} {name} sweep: a crash after op {bad['op']} ({bad['operation']}) resumes as {bad['outcome']}; {summary}"
     outcome = trial.outcome
-    exited = next((f for f in trial.findings if f.kind == "resume-exited"), None)
-    if exited is not None and not trial.passed:
-        return f"{verdict} {name}: {exited.message}; {_resumed_from(trial)}"
-    copy = next((f for f in trial.findings if f.kind == "acknowledged-checkpoint-lost" and "copy_of" in f.details), None)
-    if copy is not None and not trial.passed and outcome == "last-good":
-        return (f"{verdict} {name}: {copy.message}; the checkpoint itself survived and the job resumed from it "
+    lead = cause(trial)
+    if lead is not None and lead.kind == "resume-exited":
+        return f"{verdict} {name}: {lead.message}; {_resumed_from(trial)}"
+    if lead is not None and lead.kind == "acknowledged-checkpoint-lost":
+        return (f"{verdict} {name}: {lead.message}; the checkpoint itself survived and the job resumed from it "
                 f"(step {trial.recovered_step})")
-    split = next((f for f in trial.findings if f.kind == "ranks-disagree"), None)
-    if split is not None and not trial.passed:
-        return f"{verdict} {name}: {split.message}; {last_good}"
+    if lead is not None and lead.kind == "ranks-disagree":
+        return f"{verdict} {name}: {lead.message}; {last_good}"
     if outcome == "crashed":
         where = f" loading {trial.error_path}" if trial.error_path else ""
         return f"{verdict} {name}: resume crashed{where} ({describe_error(trial.error or 'no error recorded', trial.error_path is not None)}); {last_good}"
@@ -89,9 +83,9 @@ def headline(trial: Trial) -> str:
         span = "following steps up to the horizon" if cut else "following steps"
         return f"{verdict} {name}: {start} and reproduced {'the' if cut else 'all'} {trial.compared_steps} {span} {how}"
     diff = f", largest loss difference {trial.max_loss_diff:.3g}" if trial.max_loss_diff is not None else ""
-    cause = next((f.message for f in trial.findings if f.kind in DIVERGENCE_CAUSES), "")
+    why = lead.message if lead is not None and lead.kind in DIVERGENCE_CAUSES else ""
     return (f"{verdict} {name}: {start} but diverged from the uninterrupted run at step "
-            f"{trial.first_divergent_step}{diff}" + (f": {cause}" if cause else ""))
+            f"{trial.first_divergent_step}{diff}" + (f": {why}" if why else ""))
 
 
 def _resumed_from(trial: Trial) -> str:
@@ -110,7 +104,8 @@ def text(trial: Trial) -> List[str]:
     """Headline, findings and where to look, as lines for the terminal."""
     lines = [trial.headline]
     for finding in trial.findings:
-        lines.append(f"  - {finding.kind}: {finding.message}")
+        tag = " (ignored)" if finding.ignored else " (note)" if finding.severity == "note" else ""
+        lines.append(f"  - {finding.kind}{tag}: {finding.message}")
     if trial.sweep is not None:
         from chaosckpt.conductor.disk.sweep import CrashPoint, table
 

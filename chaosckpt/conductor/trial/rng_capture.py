@@ -18,12 +18,13 @@ from __future__ import annotations
 from typing import Dict, List, Set, Tuple
 
 from chaosckpt.conductor.runs.runlog import Event, ProcessLog
+from chaosckpt.protocol import FindingKind
 
-CAPTURED_EARLY = "rng-captured-early"
-DRAWN_AFTER_RESTORE = "rng-drawn-after-restore"
+CAPTURED_EARLY: FindingKind = "rng-captured-early"
+DRAWN_AFTER_RESTORE: FindingKind = "rng-drawn-after-restore"
 
 
-def timing(reference: ProcessLog, resume: ProcessLog, start: int) -> Dict[str, List[str]]:
+def timing(reference: ProcessLog, resume: ProcessLog, start: int) -> Dict[str, List[FindingKind]]:
     """For each stream the resume restored exactly as the reference had it when its save at step ``start``
     began, the timing findings its evidence supports (none: the caller says it was not restored).
 

@@ -3,12 +3,14 @@ aftermath, resume and score), the headline last; the sandboxes go whatever happe
 
 from __future__ import annotations
 
+from typing import Optional
+
 from chaosckpt.conductor.disk import moves
 from chaosckpt.conductor.nodes.verdict import name_nodes
 from chaosckpt.conductor.results.result import Trial
 from chaosckpt.conductor.runs import preflight, sandbox
 from chaosckpt.conductor.scenario import Scenario
-from chaosckpt.conductor.trial import render, score, shared
+from chaosckpt.conductor.trial import render, score, shared, verdict
 from chaosckpt.conductor.trial.aftermath import node_power_loss, power_loss
 from chaosckpt.conductor.trial.arm import arm
 from chaosckpt.conductor.trial.context import Context
@@ -23,7 +25,7 @@ from chaosckpt.conductor.trial.survivor import judge_survivor
 
 
 class TrialRunner:
-    """Runs the steps of a trial and fills its verdict."""
+    """Runs the steps of a trial; the verdict is decided once they end (``verdict``)."""
 
     def __init__(self, scenario: Scenario, options: TrialOptions) -> None:
         self.scenario = scenario
@@ -40,10 +42,10 @@ class TrialRunner:
         self.ctx = Context(scenario, options, self.trial)
 
     def run(self) -> Trial:
+        met: Optional[bool] = None
         try:
-            self._run()
+            met = self._run()
         except Stop as stop:
-            self.trial.status = "inconclusive"
             self.trial.reason = stop.reason
             self.trial.detail = stop.detail
         finally:
@@ -51,10 +53,13 @@ class TrialRunner:
                 name_nodes(self.trial, self.opts.cluster)
             if not self.opts.keep_sandbox:
                 sandbox.remove(self.ctx.sandbox_root)
+        self.trial.findings = verdict.settle(self.trial.findings, self.opts.ignore, self.trial.reproduced)
+        self.trial.status = verdict.status(met, self.trial.findings)
         self.trial.headline = render.headline(self.trial)
         return self.trial
 
-    def _run(self) -> None:
+    def _run(self) -> bool:
+        """The steps; whether what they measured met the scenario's expectation."""
         ctx = self.ctx
         ref_log = reference(ctx)
         full = preflight.disk_fits(self.opts.results_dir, self.opts.workdir, self.opts.exclude, ref_log)
@@ -69,16 +74,14 @@ class TrialRunner:
         run = shared.rebuild(ctx, armed, self.opts.prefix) if self.opts.prefix is not None else None
         run = run or faulted(ctx, armed, ref_log)
         if self.opts.sweep:
-            sweep_save(ctx, ref, armed, run)
-            return
+            return sweep_save(ctx, ref, armed, run)
         if armed.cut is not None and armed.cut.model is not None:
             node_power_loss(ctx, armed, run)
         elif ctx.scenario.kind.needs_aftermath:
             power_loss(ctx, armed, run.log)
         if run.carried_on:
-            judge_survivor(ctx, ref, run.log.trainer() or run.proc, armed)
-            return
-        score_trial(ctx, ref_log, armed, run, resume(ctx, armed, ref_log))
+            return judge_survivor(ctx, ref, run.log.trainer() or run.proc, armed)
+        return score_trial(ctx, ref_log, armed, run, resume(ctx, armed, ref_log))
 
 
 def run_trial(scenario: Scenario, options: TrialOptions) -> Trial:

@@ -18,8 +18,9 @@ from chaosckpt.conductor.trial.options import Stop
 from chaosckpt.conductor.trial.resume import Resumed
 
 
-def score_trial(ctx: Context, reference: RunLog, armed: Armed, run: Faulted, resumed: Resumed) -> None:
-    """Fill the verdict from the three runs and set its status."""
+def score_trial(ctx: Context, reference: RunLog, armed: Armed, run: Faulted, resumed: Resumed) -> bool:
+    """Fill the verdict from the three runs; whether they met the scenario's expectation (a resume that exited
+    non-zero is an error finding, which fails the trial by itself)."""
     ref = reference.trainer()
     recovered(ctx, ref, armed, run, resumed)
     baseline = _baseline(ctx, ref, run)
@@ -27,8 +28,8 @@ def score_trial(ctx: Context, reference: RunLog, armed: Armed, run: Faulted, res
     if ctx.trial.recovered_step is not None and resume_trainer is not None:
         compare(ctx, ref, resume_trainer, ctx.trial.recovered_step)
     ranks_ok = _ranks(ctx, reference, run, resumed)
-    exited = _exited(ctx, resumed)
-    _status(ctx, baseline, ranks_ok and exited is None, resumed)
+    _exited(ctx, resumed)
+    return _met(ctx, baseline, ranks_ok, resumed)
 
 
 def recovered(ctx: Context, ref: ProcessLog, armed: Armed, run: Faulted, resumed: Resumed) -> None:
@@ -89,36 +90,38 @@ def compare(ctx: Context, ref: ProcessLog, run: ProcessLog, start: int) -> None:
 
 
 def _ranks(ctx: Context, reference: RunLog, run: Faulted, resumed: Resumed) -> bool:
-    """Per-rank verdicts and data coverage; a resume that hung is inconclusive unless the ranks explain it."""
+    """Per-rank verdicts and data coverage (ranks that disagree fail the trial by their error finding); a resume
+    that hung is inconclusive unless the ranks explain it."""
     trial, result = ctx.trial, resumed.result
     ok = ranks.judge(trial, reference, run.log, resumed.log, result.returncode, score.crash_line(resumed.log, result.stderr),
                      ctx.opts.tolerance)
     if result.timed_out:
-        if ok:
+        if ok and not any(f.kind == "ranks-disagree" for f in trial.findings):
             raise Stop("timeout", f"the resume run did not finish within {ctx.opts.timeout_s:g} s"
                        + (f": {ranks.where(trial.ranks)}" if trial.ranks else "") + f" (see {result.stderr})")
         trial.findings.append(ranks.hung(trial.ranks, ctx.opts.timeout_s))
     return ok
 
 
-def _exited(ctx: Context, resumed: Resumed) -> Optional[Finding]:
+def _exited(ctx: Context, resumed: Resumed) -> None:
     """A resume that exited non-zero after its load (not one that crashed loading, hung, or reached its
     horizon): the exit leads the findings, with the rank, exception, step and the job's function."""
     trial, result = ctx.trial, resumed.result
     if result.timed_out or result.stopped or trial.outcome == "crashed":
-        return None
+        return
     at_exit = exits.after_exit(resumed.log, result.returncode, result.stderr, "the resumed run")
     if at_exit is not None:
         trial.findings.append(at_exit)
-        return None
+        return
     starts = {r["rank"]: r["recovered_step"] for r in trial.ranks} if trial.ranks else {0: trial.recovered_step}
     exited = exits.resume_exit(resumed.log, result.returncode, starts, score.crash_line(resumed.log, result.stderr))
     if exited is not None:
         trial.findings.insert(0, exited)
-    return exited
 
 
-def _status(ctx: Context, baseline: Optional[int], ranks_ok: bool, resumed: Resumed) -> None:
+def _met(ctx: Context, baseline: Optional[int], ranks_ok: bool, resumed: Resumed) -> bool:
+    """Whether the resume started where the scenario expects and, where it asks, reproduced the trajectory; a
+    trajectory that cannot be judged stops the trial."""
     trial, expect = ctx.trial, ctx.scenario.expect
     recovered_ok = trial.outcome in expect.recovered
     if recovered_ok and baseline is not None and expect.reproduced:
@@ -126,6 +129,4 @@ def _status(ctx: Context, baseline: Optional[int], ranks_ok: bool, resumed: Resu
                    f"{baseline}, before the fault; seed every random stream and use deterministic algorithms")
     if recovered_ok and expect.reproduced and trial.reproduced is None:
         raise Stop("resume-took-no-steps", f"the resumed job exited with status {resumed.result.returncode} without a step")
-    lost = any(f.kind == "acknowledged-checkpoint-lost" for f in trial.findings)
-    passed = ranks_ok and recovered_ok and not lost and (trial.reproduced or not expect.reproduced)
-    trial.status = "passed" if passed else "failed"
+    return ranks_ok and recovered_ok and bool(trial.reproduced or not expect.reproduced)

@@ -12,7 +12,8 @@ from chaosckpt.conductor.trial.plan import resume_stop
 from chaosckpt.conductor.trial.scoring import compare
 
 
-def judge_survivor(ctx: Context, ref: ProcessLog, faulted: ProcessLog, armed: Armed) -> None:
+def judge_survivor(ctx: Context, ref: ProcessLog, faulted: ProcessLog, armed: Armed) -> bool:
+    """Whether the job's own run met the scenario's expectation; a later resume that fails is an error finding."""
     trial = ctx.trial
     trial.outcome = "survived"
     compare(ctx, ref, faulted, 0)
@@ -31,5 +32,4 @@ def judge_survivor(ctx: Context, ref: ProcessLog, faulted: ProcessLog, armed: Ar
             )
         )
     expect = ctx.scenario.expect
-    passed = "survived" in expect.recovered and resumable and (trial.reproduced or not expect.reproduced)
-    trial.status = "passed" if passed else "failed"
+    return "survived" in expect.recovered and bool(trial.reproduced or not expect.reproduced)

@@ -1,0 +1,87 @@
+"""The verdict decided in one place: the findings as reported (ignored kinds marked, consequences the trial
+disproved reworded), the trial's status, and the finding its headline names as the cause."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from chaosckpt.conductor.results.result import Finding, Status, Trial
+from chaosckpt.protocol import FindingKind
+
+DIVERGENCE_CAUSES: Tuple[FindingKind, ...] = (
+    "eval-mode-in-training", "rng-not-restored", "rng-captured-early", "rng-drawn-after-restore", "step-count-differs",
+    "epoch-order-replayed", "epoch-order-differs", "sampler-overlap", "sampler-missing")
+"""Finding kinds that explain a divergence, in the order the headline prefers them."""
+
+LEADS: Tuple[FindingKind, ...] = ("resume-exited", "acknowledged-checkpoint-lost", "ranks-disagree")
+"""Finding kinds that lead a failed trial's headline, before where the job resumed from."""
+
+
+def _streams(finding: Finding) -> str:
+    streams = finding.details.get("streams")
+    count = streams if isinstance(streams, int) else len(streams or [])
+    listed = f" ({', '.join(streams)})" if isinstance(streams, list) and streams else ""
+    return f"{count} random stream{'' if count == 1 else 's'}{listed}"
+
+
+def _rng_states_missing(finding: Finding) -> str:
+    saved = len(finding.details.get("rng_states") or [])
+    return (f"this checkpoint carries {saved or 'no'} RNG state{'' if saved == 1 else 's'} for the "
+            f"{_streams(finding)} the loop draws from, yet the resumed run reproduced the uninterrupted one: the job "
+            "sets those streams again itself (as a loader reseeded every epoch does); save every stream's state if "
+            "it ever stops doing so")
+
+
+def _no_loader_state(finding: Finding) -> str:
+    return ("the checkpoint holds no sampler or loader state, yet the resumed run reproduced the uninterrupted one: "
+            "the job puts its data order back itself; save the loader's state if it ever stops doing so")
+
+
+DISPROVED: Dict[FindingKind, Callable[[Finding], str]] = {
+    "rng-states-missing": _rng_states_missing,
+    "no-loader-state": _no_loader_state,
+}
+"""Kinds whose wording predicts a divergence, with their wording once the resume reproduced the trajectory."""
+
+
+def settle(findings: Sequence[Finding], ignore: Sequence[str], reproduced: Optional[bool]) -> List[Finding]:
+    """The findings as the result reports them: the kinds the user silenced marked ignored; with a reproduced
+    trajectory, those predicting a divergence reworded as notes, so nothing claims what the trial disproved."""
+    out = []
+    for finding in findings:
+        if reproduced and finding.kind in DISPROVED:
+            finding = dataclasses.replace(finding, message=DISPROVED[finding.kind](finding), severity="note")
+        if finding.kind in ignore:
+            finding = dataclasses.replace(finding, ignored=True)
+        out.append(finding)
+    return out
+
+
+def status(met: Optional[bool], findings: Sequence[Finding]) -> Status:
+    """``met``: whether what the trial measured met the scenario's expectation (None: the trial stopped before
+    it could tell). Passed when it did and no finding counted (not ignored) is an error."""
+    if met is None:
+        return "inconclusive"
+    errors = [f for f in findings if f.severity == "error" and not f.ignored]
+    return "passed" if met and not errors else "failed"
+
+
+def cause(trial: Trial) -> Optional[Finding]:
+    """The finding the headline names: for a failed trial, what failed it ahead of where it resumed from (the
+    resume's exit, a lost copy of a checkpoint the resume still loaded, ranks that disagree); else the first
+    that explains a divergence. Ignored findings are never named."""
+    counted = [f for f in trial.findings if not f.ignored]
+    if not trial.passed:
+        for kind in LEADS:
+            lead = next((f for f in counted if f.kind == kind and _leads(f, trial)), None)
+            if lead is not None:
+                return lead
+    return next((f for f in counted if f.kind in DIVERGENCE_CAUSES), None)
+
+
+def _leads(finding: Finding, trial: Trial) -> bool:
+    """A lost checkpoint leads only when it was a copy and the checkpoint itself survived for the resume."""
+    if finding.kind != "acknowledged-checkpoint-lost":
+        return True
+    return "copy_of" in finding.details and trial.outcome == "last-good"
