@@ -98,7 +98,6 @@ TABLE: Tuple[Patch, ...] = (
 )
 
 
-
 def _chains() -> Dict[Tuple[str, str], List[Patch]]:
     chains: Dict[Tuple[str, str], List[Patch]] = {}
     for patch in sorted(TABLE, key=lambda p: LAYERS.index(p.layer)):
@@ -110,7 +109,7 @@ _CHAINS = _chains()
 """Each patched attribute's patches, innermost first."""
 
 _ABSENT = object()
-_lock = threading.Lock()
+_lock = threading.RLock()  # a factory's import may run an import hook that installs a layer
 _states: Dict[str, Any] = {}  # installed layer -> what it was installed with
 
 
