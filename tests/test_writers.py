@@ -3,9 +3,7 @@ toward the checkpoint, and an armed kill or ENOSPC lands in whichever of them ca
 
 from __future__ import annotations
 
-import builtins
 import errno
-import io
 import json
 import os
 import shutil
@@ -16,25 +14,23 @@ import pytest
 import torch
 from test_checkpoint_burst import _job, _save, _step
 
-from chaosckpt.agent import interpose, writers
+from chaosckpt.agent import interpose, patches, writers
 from chaosckpt.conductor.runs.runlog import _process
 
 st = pytest.importorskip("safetensors.torch")
 
 
 @pytest.fixture
-def patched(monkeypatch):
-    """Install the writers' patches on this process for one recorder at a time; the originals come back
-    before the next install and after the test."""
-    originals = [(os, name, getattr(os, name)) for name in ("open", "write", "sendfile", "copy_file_range", "close")]
-    originals += [(builtins, "open", builtins.open), (io, "open", io.open), (st, "save_file", st.save_file)]
+def patched():
+    """Install the writers' patches on this process for one recorder at a time (installed again, they replace
+    themselves); the originals come back after the test."""
 
     def install(rec):
-        for owner, name, original in originals:
-            monkeypatch.setattr(owner, name, original)
         writers.install(rec)
         interpose.install_safetensors(rec)
-    return install
+    yield install
+    patches.uninstall("writers")
+    patches.uninstall("safetensors")
 
 
 def _checkpoint(rec, model, folder, safetensors=False):

@@ -19,9 +19,10 @@ import stat
 import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from chaosckpt.agent import patches
 from chaosckpt.agent.faults import disk_full_error
 
-_os_open, _os_close, _os_fstat, _os_link = os.open, os.close, os.fstat, os.link
+_os_fstat, _os_link = os.fstat, os.link
 _os_stat, _os_lstat = os.stat, os.lstat
 
 Inode = Tuple[int, int]
@@ -236,22 +237,26 @@ def _flags_of(mode: str) -> int:
 
 
 def install(journal: Journal) -> None:
-    """Patch ``open``, ``io.open`` and the ``os`` functions that change files, for tracked paths only."""
+    """Journal ``open``, ``io.open`` and the ``os`` functions that change files, for tracked paths only (the
+    ``journal`` layer of ``patches``)."""
     os.makedirs(journal.keep_dir, exist_ok=True)
-    TrackedFileIO.journal = journal
-    original_open = builtins.open
+    patches.install("journal", journal)
 
-    def tracked_open(file, mode="r", buffering=-1, encoding=None, errors=None, newline=None, closefd=True, opener=None):
+
+def tracked_open(journal: Journal, original: Callable) -> Callable:
+    TrackedFileIO.journal = journal
+
+    def open_(file, mode="r", buffering=-1, encoding=None, errors=None, newline=None, closefd=True, opener=None):
         writing = any(c in mode for c in "wax+")
         if isinstance(file, int):
             path = journal.fd_path(file)
             if not writing or path is None:
-                return original_open(file, mode, buffering, encoding, errors, newline, closefd, opener)
+                return original(file, mode, buffering, encoding, errors, newline, closefd, opener)
             existed, keep = True, None
         else:
             invalid = buffering == 0 and "b" not in mode or "b" in mode and (encoding or errors or newline)
             if not writing or invalid or not journal.is_tracked(file):
-                return original_open(file, mode, buffering, encoding, errors, newline, closefd, opener)
+                return original(file, mode, buffering, encoding, errors, newline, closefd, opener)
             path = os.fsdecode(file)
             existed, _, keep = journal.before_open(path, _flags_of(mode))
         raw_mode = mode.replace("b", "").replace("t", "")
@@ -262,126 +267,126 @@ def install(journal: Journal) -> None:
             raise ValueError("can't have unbuffered text I/O")
         return layered(raw, mode, buffering, encoding, errors, newline, raw._blksize)
 
-    builtins.open = tracked_open
-    io.open = tracked_open
+    return open_
 
-    def wrap(name: str, make: Callable) -> None:
-        original = getattr(os, name)
-        setattr(os, name, make(original))
 
-    def make_os_open(original):
-        def open_(path, flags, mode=0o777, *, dir_fd=None):
-            full = _resolve(path, dir_fd)
-            if full is None or not journal.is_tracked(full):
-                return original(path, flags, mode, dir_fd=dir_fd)
-            if os.path.isdir(full):
-                fd = original(path, flags, mode, dir_fd=dir_fd)
-                journal.watch_dir(fd, full)
-                return fd
-            if not flags & _WRITE_FLAGS:
-                return original(path, flags, mode, dir_fd=dir_fd)
-            existed, _, keep = journal.before_open(full, flags)
+def tracked_os_open(journal: Journal, original: Callable) -> Callable:
+    def open_(path, flags, mode=0o777, *, dir_fd=None):
+        full = _resolve(path, dir_fd)
+        if full is None or not journal.is_tracked(full):
+            return original(path, flags, mode, dir_fd=dir_fd)
+        if os.path.isdir(full):
             fd = original(path, flags, mode, dir_fd=dir_fd)
-            journal.opened(full, fd, flags, existed, keep)
+            journal.watch_dir(fd, full)
             return fd
-        return open_
+        if not flags & _WRITE_FLAGS:
+            return original(path, flags, mode, dir_fd=dir_fd)
+        existed, _, keep = journal.before_open(full, flags)
+        fd = original(path, flags, mode, dir_fd=dir_fd)
+        journal.opened(full, fd, flags, existed, keep)
+        return fd
 
-    def make_os_write(original):
-        def write(fd, data):
-            if journal.fd_path(fd) is None:
-                return original(fd, data)
-            view = memoryview(data).cast("B")
-            fits = journal.charge(view.nbytes)
-            offset = os.lseek(fd, 0, os.SEEK_CUR)
-            written = original(fd, view[:fits])
-            if written:
-                journal.wrote(fd, offset, written)
-            if fits < view.nbytes:
-                raise disk_full_error()
-            return written
-        return write
+    return open_
 
-    def make_sendfile(original):
-        def sendfile(out_fd, in_fd, offset, count, *args, **kwargs):
-            if journal.fd_path(out_fd) is None:
-                return original(out_fd, in_fd, offset, count, *args, **kwargs)
-            fits = journal.charge(count)
-            position = os.lseek(out_fd, 0, os.SEEK_CUR)
-            sent = original(out_fd, in_fd, offset, fits, *args, **kwargs)
-            if sent:
-                journal.wrote(out_fd, position, sent)
-            if fits < count and not sent:
-                raise disk_full_error()
-            return sent
-        return sendfile
 
-    def make_sync(original):
-        def sync(fd):
-            result = original(fd)
-            if not isinstance(fd, int):
-                fd = fd.fileno()
-            if journal.fd_path(fd) is not None:
-                journal.synced(fd)
-            return result
-        return sync
+def tracked_write(journal: Journal, original: Callable) -> Callable:
+    def write(fd, data):
+        if journal.fd_path(fd) is None:
+            return original(fd, data)
+        view = memoryview(data).cast("B")
+        fits = journal.charge(view.nbytes)
+        offset = os.lseek(fd, 0, os.SEEK_CUR)
+        written = original(fd, view[:fits])
+        if written:
+            journal.wrote(fd, offset, written)
+        if fits < view.nbytes:
+            raise disk_full_error()
+        return written
 
-    def make_close(original):
-        def close(fd):
-            journal.closed(fd)
-            return original(fd)
-        return close
+    return write
 
-    def make_rename(original):
-        def rename(src, dst, *, src_dir_fd=None, dst_dir_fd=None):
-            s, d = _resolve(src, src_dir_fd), _resolve(dst, dst_dir_fd)
-            if not (journal.is_tracked(s) or journal.is_tracked(d)):
-                return original(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
-            fields = journal.before_replace(s, d)
-            result = original(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
-            journal.op("rename", **fields)
-            return result
-        return rename
 
-    def make_unlink(original, kind):
-        def unlink(path, *, dir_fd=None):
-            full = _resolve(path, dir_fd)
-            if full is None or not journal.is_tracked(full):
-                return original(path, dir_fd=dir_fd)
-            fields = journal.before_unlink(full) if kind == "unlink" else {"path": os.path.abspath(full)}
-            result = original(path, dir_fd=dir_fd)
-            journal.op(kind, **fields)
-            return result
-        return unlink
+def tracked_sendfile(journal: Journal, original: Callable) -> Callable:
+    def sendfile(out_fd, in_fd, offset, count, *args, **kwargs):
+        if journal.fd_path(out_fd) is None:
+            return original(out_fd, in_fd, offset, count, *args, **kwargs)
+        fits = journal.charge(count)
+        position = os.lseek(out_fd, 0, os.SEEK_CUR)
+        sent = original(out_fd, in_fd, offset, fits, *args, **kwargs)
+        if sent:
+            journal.wrote(out_fd, position, sent)
+        if fits < count and not sent:
+            raise disk_full_error()
+        return sent
 
-    def make_mkdir(original):
-        def mkdir(path, mode=0o777, *, dir_fd=None):
-            full = _resolve(path, dir_fd)
-            result = original(path, mode, dir_fd=dir_fd)
-            if full is not None and journal.is_tracked(full):
-                journal.op("mkdir", path=os.path.abspath(full))
-            return result
-        return mkdir
+    return sendfile
 
-    def make_symlink(original):
-        def symlink(src, dst, target_is_directory=False, *, dir_fd=None):
-            full = _resolve(dst, dir_fd)
-            result = original(src, dst, target_is_directory, dir_fd=dir_fd)
-            if full is not None and journal.is_tracked(full):
-                st = _os_lstat(full)
-                journal.op("symlink", path=os.path.abspath(full), target=os.fsdecode(src), ino=[st.st_dev, st.st_ino])
-            return result
-        return symlink
 
-    wrap("open", make_os_open)
-    wrap("write", make_os_write)
-    wrap("sendfile", make_sendfile)
-    wrap("fsync", make_sync)
-    wrap("fdatasync", make_sync)
-    wrap("close", make_close)
-    wrap("replace", make_rename)
-    wrap("rename", make_rename)
-    wrap("unlink", lambda o: make_unlink(o, "unlink"))
-    wrap("remove", lambda o: make_unlink(o, "unlink"))
-    wrap("rmdir", lambda o: make_unlink(o, "rmdir"))
-    wrap("mkdir", make_mkdir)
-    wrap("symlink", make_symlink)
+def tracked_sync(journal: Journal, original: Callable) -> Callable:
+    def sync(fd):
+        result = original(fd)
+        if not isinstance(fd, int):
+            fd = fd.fileno()
+        if journal.fd_path(fd) is not None:
+            journal.synced(fd)
+        return result
+
+    return sync
+
+
+def tracked_close(journal: Journal, original: Callable) -> Callable:
+    def close(fd):
+        journal.closed(fd)
+        return original(fd)
+
+    return close
+
+
+def tracked_rename(journal: Journal, original: Callable) -> Callable:
+    def rename(src, dst, *, src_dir_fd=None, dst_dir_fd=None):
+        s, d = _resolve(src, src_dir_fd), _resolve(dst, dst_dir_fd)
+        if not (journal.is_tracked(s) or journal.is_tracked(d)):
+            return original(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
+        fields = journal.before_replace(s, d)
+        result = original(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
+        journal.op("rename", **fields)
+        return result
+
+    return rename
+
+
+def tracked_unlink(journal: Journal, original: Callable, kind: str) -> Callable:
+    """``os.unlink`` and ``os.remove`` (``kind`` "unlink": the file's data is kept first), or ``os.rmdir``."""
+    def unlink(path, *, dir_fd=None):
+        full = _resolve(path, dir_fd)
+        if full is None or not journal.is_tracked(full):
+            return original(path, dir_fd=dir_fd)
+        fields = journal.before_unlink(full) if kind == "unlink" else {"path": os.path.abspath(full)}
+        result = original(path, dir_fd=dir_fd)
+        journal.op(kind, **fields)
+        return result
+
+    return unlink
+
+
+def tracked_mkdir(journal: Journal, original: Callable) -> Callable:
+    def mkdir(path, mode=0o777, *, dir_fd=None):
+        full = _resolve(path, dir_fd)
+        result = original(path, mode, dir_fd=dir_fd)
+        if full is not None and journal.is_tracked(full):
+            journal.op("mkdir", path=os.path.abspath(full))
+        return result
+
+    return mkdir
+
+
+def tracked_symlink(journal: Journal, original: Callable) -> Callable:
+    def symlink(src, dst, target_is_directory=False, *, dir_fd=None):
+        full = _resolve(dst, dir_fd)
+        result = original(src, dst, target_is_directory, dir_fd=dir_fd)
+        if full is not None and journal.is_tracked(full):
+            st = _os_lstat(full)
+            journal.op("symlink", path=os.path.abspath(full), target=os.fsdecode(src), ino=[st.st_dev, st.st_ino])
+        return result
+
+    return symlink

@@ -9,13 +9,13 @@ Python (C++ file writers) are not seen here; the namespace covers them.
 
 from __future__ import annotations
 
-import builtins
 import errno
-import io
 import os
 import re
 import sys
 from typing import Callable, List, Optional
+
+from chaosckpt.agent import patches
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 REFUSED = "chaosckpt: refused write outside the sandbox: "
@@ -55,6 +55,12 @@ def name_refusals() -> None:
 
 
 def install(roots: List[str]) -> None:
+    """Refuse writes outside ``roots`` (the ``guard`` layer of ``patches``)."""
+    patches.install("guard", checker(roots))
+
+
+def checker(roots: List[str]) -> Callable[..., None]:
+    """What the guard's wrappers call on a path: raises EROFS, as a read-only mount would, outside ``roots``."""
     roots = [os.path.realpath(r) for r in roots if r]
 
     def check(path, dir_fd=None) -> None:
@@ -64,32 +70,33 @@ def install(roots: List[str]) -> None:
         if not any(full == r or full.startswith(r.rstrip(os.sep) + os.sep) for r in roots):
             raise OSError(errno.EROFS, os.strerror(errno.EROFS), os.fsdecode(path))
 
-    original_open = builtins.open
+    return check
 
+
+def refusing_open(check: Callable[..., None], original: Callable) -> Callable:
     def guarded_open(file, mode="r", *args, **kwargs):
         if any(c in mode for c in "wax+"):
             check(file)
-        return original_open(file, mode, *args, **kwargs)
+        return original(file, mode, *args, **kwargs)
 
-    builtins.open = io.open = guarded_open
+    return guarded_open
 
-    def guarded(original: Callable, *checked: int) -> Callable:
-        def call(*args, **kwargs):
-            for i in checked:
-                if i < len(args):
-                    check(args[i], kwargs.get("dir_fd"))
-            return original(*args, **kwargs)
 
-        return call
-
-    original_os_open = os.open
-
+def refusing_os_open(check: Callable[..., None], original: Callable) -> Callable:
     def os_open(path, flags, *args, **kwargs):
         if flags & _WRITE_FLAGS:
             check(path, kwargs.get("dir_fd"))
-        return original_os_open(path, flags, *args, **kwargs)
+        return original(path, flags, *args, **kwargs)
 
-    os.open = os_open
-    for name, checked in (("mkdir", (0,)), ("rename", (0, 1)), ("replace", (0, 1)), ("remove", (0,)),
-                          ("unlink", (0,)), ("rmdir", (0,)), ("truncate", (0,)), ("symlink", (1,)), ("link", (1,))):
-        setattr(os, name, guarded(getattr(os, name), *checked))
+    return os_open
+
+
+def refusing(check: Callable[..., None], original: Callable, *checked: int) -> Callable:
+    """An ``os`` function whose arguments at positions ``checked`` are paths it changes."""
+    def call(*args, **kwargs):
+        for i in checked:
+            if i < len(args):
+                check(args[i], kwargs.get("dir_fd"))
+        return original(*args, **kwargs)
+
+    return call

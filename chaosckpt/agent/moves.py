@@ -12,11 +12,11 @@ operations are journaled. Outside a checkpoint, and always, the call itself is t
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 import threading
 from typing import Any, Callable, Optional, Tuple
 
+from chaosckpt.agent import patches
 from chaosckpt.agent.recorder import Recorder
 
 _lstat = os.lstat
@@ -36,35 +36,46 @@ def _move_target(src: str, dst: str) -> str:
     return os.path.join(dst, os.path.basename(src.rstrip(os.sep))) if os.path.isdir(dst) else dst
 
 
+class Moves:
+    """The ``moves`` layer's state: the recorder, and whether this thread is inside an observed call
+    (``shutil.move`` calls ``os.rename``, then ``copyfile``: one event, from the outermost call)."""
+
+    def __init__(self, rec: Recorder) -> None:
+        self.rec = rec
+        self.local = threading.local()
+
+
 def install(rec: Recorder) -> None:
     """Patch the renames, the moves and the copies to report those made inside an open checkpoint."""
-    local = threading.local()  # shutil.move calls os.rename, then copyfile: one event, from the outermost call
+    patches.install("moves", Moves(rec))
 
-    def make(how: str, target: Callable[[str, str], str], original: Callable) -> Callable:
-        def observed(src: Any, dst: Any, *args: Any, **kwargs: Any) -> Any:
-            if rec.checkpoint is None or getattr(local, "inside", False) or kwargs.get("src_dir_fd") is not None \
-                    or kwargs.get("dst_dir_fd") is not None or isinstance(src, int) or isinstance(dst, int):
-                return original(src, dst, *args, **kwargs)
-            s = os.path.abspath(os.fsdecode(src))
-            d = os.path.abspath(target(s, os.fsdecode(dst)))
-            source, before = _inode(s), _inode(d)
-            rec.checkpoint.folders.add(os.path.dirname(d))  # a copy's writes count there from its first byte
-            if rec.journal is not None:
-                rec.journal.track(os.path.dirname(d))
-            local.inside = True
-            ok = False
-            try:
-                result = original(src, dst, *args, **kwargs)
-                ok = True
-                return result
-            finally:
-                local.inside = False
-                rec.guarded(_record, rec, how, s, d, source, before, ok)
-        return observed
 
-    for owner, name, how, target in ((os, "rename", "rename", None), (os, "replace", "rename", None),
-                                     (shutil, "move", "move", _move_target), (shutil, "copyfile", "copy", None)):
-        setattr(owner, name, make(how, target or (lambda s, d: d), getattr(owner, name)))
+def observed(moves: Moves, original: Callable, how: str) -> Callable:
+    """``original`` (a rename, a move or a copy, as ``how`` says) reported when it lands in an open checkpoint."""
+    rec, local = moves.rec, moves.local
+    target: Callable[[str, str], str] = _move_target if how == "move" else (lambda s, d: d)
+
+    def call(src: Any, dst: Any, *args: Any, **kwargs: Any) -> Any:
+        if rec.checkpoint is None or getattr(local, "inside", False) or kwargs.get("src_dir_fd") is not None \
+                or kwargs.get("dst_dir_fd") is not None or isinstance(src, int) or isinstance(dst, int):
+            return original(src, dst, *args, **kwargs)
+        s = os.path.abspath(os.fsdecode(src))
+        d = os.path.abspath(target(s, os.fsdecode(dst)))
+        source, before = _inode(s), _inode(d)
+        rec.checkpoint.folders.add(os.path.dirname(d))  # a copy's writes count there from its first byte
+        if rec.journal is not None:
+            rec.journal.track(os.path.dirname(d))
+        local.inside = True
+        ok = False
+        try:
+            result = original(src, dst, *args, **kwargs)
+            ok = True
+            return result
+        finally:
+            local.inside = False
+            rec.guarded(_record, rec, how, s, d, source, before, ok)
+
+    return call
 
 
 def _record(rec: Recorder, how: str, src: str, dst: str, source: Optional[Tuple[int, int]],

@@ -108,8 +108,8 @@ def _install() -> None:
         tracked = [*fault.track, tempfile.gettempdir()]  # the job's own, which chaosckpt put in its sandbox
         rec.journal = fileops.Journal(rec.emit, tracked, os.path.join(run_dir, "keep"))
         fileops.install(rec.journal)
-    moves.install(rec)  # after the journal's patches, so a destination is tracked before the journal looks
-    writers.install(rec)  # over the journal's patches, which then see the calls it counts
+    moves.install(rec)  # how these nest with the journal's and the guard's patches: patches.LAYERS
+    writers.install(rec)
     when_imported("safetensors.torch", lambda: interpose.install_safetensors(rec))
     os.register_at_fork(after_in_child=rec.disable)
     atexit.register(rec.at_exit)

@@ -22,11 +22,12 @@ import os
 import weakref
 import zlib
 from array import array
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
 from chaosckpt import protocol
+from chaosckpt.agent import patches
 
 SMALL = 1024
 """Passes of at most this many indices carry the list itself; larger ones a bitmap."""
@@ -160,10 +161,14 @@ class Pass:
 
 def install(rec: Any) -> None:
     """Record every DataLoader pass into ``rec``, and apply any epoch skew the conductor armed."""
+    patches.install("sampler", rec)
+    install_skew(rec.rank)
+
+
+def next_index(rec: Any, original: Callable) -> Callable:
+    """``_BaseDataLoaderIter._next_index``: each index a map-style loader draws joins its pass's record."""
     from torch.utils.data import dataloader
 
-    base = dataloader._BaseDataLoaderIter
-    original = base._next_index
     map_style = dataloader._DatasetKind.Map
 
     def _next_index(self):
@@ -190,9 +195,7 @@ def install(rec: Any) -> None:
             tape.pack()
         return index
 
-    _next_index.__chaosckpt_original__ = original
-    base._next_index = _next_index
-    install_skew(rec.rank)
+    return _next_index
 
 
 def install_skew(rank: Optional[int]) -> None:
@@ -207,10 +210,12 @@ def install_skew(rank: Optional[int]) -> None:
     skew = json.loads(spec)
     if skew.get("rank") is not None and skew["rank"] != (rank or 0):
         return
-    from torch.utils.data import DistributedSampler
+    patches.install("skew", (skew, []))
 
-    original = DistributedSampler.set_epoch
-    first: List[int] = []
+
+def skewed_set_epoch(state: Tuple[Dict[str, Any], List[int]], original: Callable) -> Callable:
+    """``state``: the skew, and the first epoch this process set (filled on the first call)."""
+    skew, first = state
 
     def set_epoch(self, epoch: int) -> None:
         if skew["variant"] == "offset":
@@ -219,5 +224,4 @@ def install_skew(rank: Optional[int]) -> None:
             first.append(epoch)
         return original(self, epoch - first[0])
 
-    set_epoch.__chaosckpt_original__ = original
-    DistributedSampler.set_epoch = set_epoch
+    return set_epoch

@@ -11,14 +11,13 @@ Counting never changes the job's I/O: the same system calls, in the same order, 
 
 from __future__ import annotations
 
-import builtins
 import errno
 import io
 import os
 import threading
 from typing import Any, Callable, Dict, Optional
 
-from chaosckpt.agent import fileops
+from chaosckpt.agent import fileops, patches
 from chaosckpt.agent.faults import disk_full_error
 from chaosckpt.agent.recorder import Checkpoint, Recorder
 from chaosckpt.locations import location
@@ -200,24 +199,35 @@ def claim(f: Any) -> None:
         raw.tally = None
 
 
-def install(rec: Recorder) -> None:
-    """Count the checkpoint's bytes that ``open``, ``os.write``, ``sendfile`` and ``copy_file_range`` carry.
-    Installed over the durability journal's patches (when it is on), which then see the same calls."""
-    fds: Dict[int, FileTally] = {}
-    inner_open = builtins.open
+class Counter:
+    """The ``writers`` layer's state: the recorder, and the tally of each descriptor open into its checkpoint."""
 
-    def track(ckpt: Checkpoint, path: Any, fd: int) -> FileTally:
-        tally = FileTally(rec, ckpt, os.fsdecode(path), reported=_in_dcp(rec))  # DCP's own save-file covers it
+    def __init__(self, rec: Recorder) -> None:
+        self.rec = rec
+        self.fds: Dict[int, FileTally] = {}
+
+    def track(self, ckpt: Checkpoint, path: Any, fd: int) -> FileTally:
+        tally = FileTally(self.rec, ckpt, os.fsdecode(path), reported=_in_dcp(self.rec))  # DCP's save-file covers it
         ckpt.tallies.append(tally)
-        fds[fd] = tally
+        self.fds[fd] = tally
         return tally
 
-    def closed(raw: CountedRaw) -> None:
-        fds.pop(raw.fileno(), None)
+    def closed(self, raw: CountedRaw) -> None:
+        self.fds.pop(raw.fileno(), None)
         if raw.tally is not None:
             raw.tally.close_out()
 
-    def counted_open(file, mode="r", buffering=-1, encoding=None, errors=None, newline=None, closefd=True, opener=None):
+
+def install(rec: Recorder) -> None:
+    """Count the checkpoint's bytes that ``open``, ``os.write``, ``sendfile`` and ``copy_file_range`` carry
+    (the ``writers`` layer of ``patches``, over the durability journal's, which then see the same calls)."""
+    patches.install("writers", Counter(rec))
+
+
+def counted_open(counter: Counter, inner_open: Callable) -> Callable:
+    rec = counter.rec
+
+    def open_(file, mode="r", buffering=-1, encoding=None, errors=None, newline=None, closefd=True, opener=None):
         if rec.checkpoint is None or isinstance(file, int) or not any(c in mode for c in "wax+"):
             return inner_open(file, mode, buffering, encoding, errors, newline, closefd, opener)
         binary = "b" in mode
@@ -226,62 +236,77 @@ def install(rec: Recorder) -> None:
         if ckpt is None:
             return inner_open(file, mode, buffering, encoding, errors, newline, closefd, opener)
         inner = inner_open(file, mode.replace("t", "") + ("" if binary else "b"), 0, None, None, None, closefd, opener)
-        raw = CountedRaw(inner, track(ckpt, file, inner.fileno()), closed)
+        raw = CountedRaw(inner, counter.track(ckpt, file, inner.fileno()), counter.closed)
         return fileops.layered(raw, mode, buffering, encoding, errors, newline, inner._blksize)
 
-    builtins.open = counted_open
-    io.open = counted_open
+    return open_
 
-    def make_os_open(original):
-        def open_(path, flags, mode=0o777, *, dir_fd=None):
-            fd = original(path, flags, mode, dir_fd=dir_fd)
-            ckpt = None if rec.checkpoint is None or not flags & _WRITE_FLAGS or dir_fd is not None else counts_into(rec, path)
-            if ckpt is not None:
-                track(ckpt, path, fd)
-            return fd
-        return open_
 
-    def make_os_write(original):
-        def write(fd, data):
-            tally = fds.get(fd) if fds else None
-            if tally is None or not tally.live():
-                return original(fd, data)
-            view = memoryview(data).cast("B")
-            return tally.write(view.nbytes, lambda n: original(fd, view if n is None else view[:n]))
-        return write
+def counted_os_open(counter: Counter, original: Callable) -> Callable:
+    rec = counter.rec
 
-    def copied(in_fd: int, offset: Optional[int], count: int) -> int:
-        """How many of ``count`` bytes a copy from ``in_fd`` really moves: shutil asks for more than is left."""
-        start = os.lseek(in_fd, 0, os.SEEK_CUR) if offset is None else offset
-        return max(0, min(count, os.fstat(in_fd).st_size - start))
+    def open_(path, flags, mode=0o777, *, dir_fd=None):
+        fd = original(path, flags, mode, dir_fd=dir_fd)
+        ckpt = None if rec.checkpoint is None or not flags & _WRITE_FLAGS or dir_fd is not None else counts_into(rec, path)
+        if ckpt is not None:
+            counter.track(ckpt, path, fd)
+        return fd
 
-    def make_sendfile(original):
-        def sendfile(out_fd, in_fd, offset, count, *args, **kwargs):
-            tally = fds.get(out_fd) if fds else None
-            if tally is None or not tally.live():
-                return original(out_fd, in_fd, offset, count, *args, **kwargs)
-            size = copied(in_fd, offset, count) if tally.fault is not None else count
-            return tally.write(size, lambda n: original(out_fd, in_fd, offset, count if n is None else n, *args, **kwargs))
-        return sendfile
+    return open_
 
-    def make_copy_file_range(original):
-        def copy_file_range(src, dst, count, offset_src=None, offset_dst=None):
-            tally = fds.get(dst) if fds else None
-            if tally is None or not tally.live():
-                return original(src, dst, count, offset_src, offset_dst)
-            size = copied(src, offset_src, count) if tally.fault is not None else count
-            return tally.write(size, lambda n: original(src, dst, count if n is None else n, offset_src, offset_dst))
-        return copy_file_range
 
-    def make_close(original):
-        def close(fd):
-            tally = fds.pop(fd, None) if fds else None
-            if tally is not None:
-                tally.close_out()
-            return original(fd)
-        return close
+def counted_write(counter: Counter, original: Callable) -> Callable:
+    fds = counter.fds
 
-    for name, make in (("open", make_os_open), ("write", make_os_write), ("sendfile", make_sendfile),
-                       ("copy_file_range", make_copy_file_range), ("close", make_close)):
-        if hasattr(os, name):
-            setattr(os, name, make(getattr(os, name)))
+    def write(fd, data):
+        tally = fds.get(fd) if fds else None
+        if tally is None or not tally.live():
+            return original(fd, data)
+        view = memoryview(data).cast("B")
+        return tally.write(view.nbytes, lambda n: original(fd, view if n is None else view[:n]))
+
+    return write
+
+
+def _copied(in_fd: int, offset: Optional[int], count: int) -> int:
+    """How many of ``count`` bytes a copy from ``in_fd`` really moves: shutil asks for more than is left."""
+    start = os.lseek(in_fd, 0, os.SEEK_CUR) if offset is None else offset
+    return max(0, min(count, os.fstat(in_fd).st_size - start))
+
+
+def counted_sendfile(counter: Counter, original: Callable) -> Callable:
+    fds = counter.fds
+
+    def sendfile(out_fd, in_fd, offset, count, *args, **kwargs):
+        tally = fds.get(out_fd) if fds else None
+        if tally is None or not tally.live():
+            return original(out_fd, in_fd, offset, count, *args, **kwargs)
+        size = _copied(in_fd, offset, count) if tally.fault is not None else count
+        return tally.write(size, lambda n: original(out_fd, in_fd, offset, count if n is None else n, *args, **kwargs))
+
+    return sendfile
+
+
+def counted_copy_file_range(counter: Counter, original: Callable) -> Callable:
+    fds = counter.fds
+
+    def copy_file_range(src, dst, count, offset_src=None, offset_dst=None):
+        tally = fds.get(dst) if fds else None
+        if tally is None or not tally.live():
+            return original(src, dst, count, offset_src, offset_dst)
+        size = _copied(src, offset_src, count) if tally.fault is not None else count
+        return tally.write(size, lambda n: original(src, dst, count if n is None else n, offset_src, offset_dst))
+
+    return copy_file_range
+
+
+def counted_close(counter: Counter, original: Callable) -> Callable:
+    fds = counter.fds
+
+    def close(fd):
+        tally = fds.pop(fd, None) if fds else None
+        if tally is not None:
+            tally.close_out()
+        return original(fd)
+
+    return close
