@@ -67,7 +67,7 @@ def test_a_placement_past_the_reference_is_not_armable(params):
     ({"after": "-5m"}, "trigger.after must be a time into the run"),
     ({"step": -1}, "trigger.step must be a whole number >= 0"),
     ({"step": "x"}, "trigger.step must be a whole number >= 0"),
-    ({"save": 0}, r"trigger.save must be a whole number >= 1 \(or -k"),
+    ({"save": 0}, r"trigger.save must be a whole number >= 1 \(or negative, -N"),
     ({"step": 5, "save": 2}, "both place the fault"),
 ])
 def test_bad_placements_are_usage_errors(params, message):

@@ -140,3 +140,9 @@ def test_help_version_and_usage_errors_import_no_torch():
     env = {**os.environ, "PYTHONPATH": str(Path(options.__file__).parents[2])}
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert res.stdout.strip().splitlines()[-1] == "False", res.stderr
+
+
+def test_the_api_types_every_option_keyword_and_no_other():
+    from chaosckpt.conductor import api
+
+    assert set(api.RunKeywords.__annotations__) == {o.keyword for o in options.OPTIONS}

@@ -101,7 +101,6 @@ def test_an_entry_without_its_manifest_is_unfinished(tmp_path):
 
 def test_a_crash_report_goes_into_the_results_folder_of_the_run(tmp_path, monkeypatch, capsys):
     from chaosckpt.conductor import cli
-    from chaosckpt.conductor.commands import run as run_command
     from chaosckpt.conductor.errors import ExitCode
 
     project = tmp_path / "project"
@@ -114,7 +113,7 @@ def test_a_crash_report_goes_into_the_results_folder_of_the_run(tmp_path, monkey
     def broken(*args, **kwargs):
         raise ValueError("a bug in the scorer")
 
-    monkeypatch.setattr(run_command, "run_trial", broken)
+    monkeypatch.setattr("chaosckpt.conductor.trial.run_trial", broken)
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["run", "train.py", "-s", "kill9-mid-save", "--out", str(tmp_path / "r")])
     assert exit_info.value.code == ExitCode.INTERNAL
@@ -128,7 +127,6 @@ def test_enospc_in_chaosckpts_own_writes_is_inconclusive_naming_the_disk(tmp_pat
     import os
 
     from chaosckpt.conductor import cli
-    from chaosckpt.conductor.commands import run as run_command
     from chaosckpt.conductor.errors import ExitCode
 
     project = tmp_path / "project"
@@ -139,7 +137,7 @@ def test_enospc_in_chaosckpts_own_writes_is_inconclusive_naming_the_disk(tmp_pat
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp_path / "r" / "x" / "result.json"))
 
-    monkeypatch.setattr(run_command, "run_trial", full)
+    monkeypatch.setattr("chaosckpt.conductor.trial.run_trial", full)
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["run", "train.py", "-s", "kill9-mid-save", "--out", str(tmp_path / "r")])
     assert exit_info.value.code == ExitCode.INCONCLUSIVE

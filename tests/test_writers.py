@@ -14,6 +14,7 @@ import pytest
 import torch
 from test_checkpoint_burst import _job, _save, _step
 
+from chaosckpt import protocol
 from chaosckpt.agent import interpose, patches, writers
 from chaosckpt.conductor.runs.runlog import _process
 
@@ -110,14 +111,14 @@ def test_enospc_at_a_fraction_of_the_checkpoint_lands_in_the_writer_carrying_tha
             break
         before += f["bytes"]
     at = before + 100
-    event, error = _faulted(tmp_path, patched, {"kind": "enospc", "save": 1, "at_byte": at})
+    event, error = _faulted(tmp_path, patched, protocol.fault_spec("enospc", 1, at_byte=at))
     assert os.path.basename(event["path"]) == landing and event["bytes"] == at
     assert isinstance(error, OSError) and error.errno == errno.ENOSPC
     assert os.path.getsize(tmp_path / "ckpt" / landing) == 100
 
 
 def test_a_fault_in_one_named_file_counts_that_file_s_bytes(tmp_path, patched):
-    event, _ = _faulted(tmp_path, patched, {"kind": "enospc", "save": 1, "at_byte": 10, "file": "best.pth"})
+    event, _ = _faulted(tmp_path, patched, protocol.fault_spec("enospc", 1, at_byte=10, file="best.pth"))
     assert os.path.basename(event["path"]) == "best.pth" and event["bytes"] == 10
     assert os.path.getsize(tmp_path / "ckpt" / "best.pth") == 10
     assert os.path.getsize(tmp_path / "ckpt" / "state.json") > 10
@@ -128,12 +129,12 @@ def test_safetensors_bytes_count_natively_and_an_armed_fault_lands_inside_them(t
     first = reference.files[0]
     assert first["via"] == "safetensors" and first["bytes"] == os.path.getsize(tmp_path / "ref" / "model.safetensors")
     assert reference.bytes == sum(f["bytes"] for f in reference.files)
-    event, error = _faulted(tmp_path, patched, {"kind": "enospc", "save": 1, "at_byte": 20}, safetensors=True)
+    event, error = _faulted(tmp_path, patched, protocol.fault_spec("enospc", 1, at_byte=20), safetensors=True)
     assert os.path.basename(event["path"]) == "model.safetensors" and event["bytes"] == 20
     assert type(error).__name__ == "SafetensorError" and "No space left" in str(error)
     assert os.path.getsize(tmp_path / "ckpt" / "model.safetensors") == 20
     armed = tmp_path / "armed.safetensors"  # armed for a later checkpoint: the same bytes, through Python
-    events, rec, model, opt = _job({"kind": "enospc", "save": 9, "at_byte": 0})
+    events, rec, model, opt = _job(protocol.fault_spec("enospc", 9, at_byte=0))
     patched(rec)
     _step(rec, opt)
     st.save_file(model.state_dict(), str(armed))

@@ -13,7 +13,7 @@ import json
 import shlex
 import shutil
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, TypedDict, Union
 
 from chaosckpt.conductor import config as configs, faults, options, scenario as scenarios
 from chaosckpt.conductor.errors import UsageError
@@ -23,7 +23,37 @@ from chaosckpt.conductor.runs import cache, horizon as horizons, invocation
 from chaosckpt.conductor.trial import run_trial
 from chaosckpt.conductor.trial.options import from_spec
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
 Command = Union[str, Sequence[str]]
+PathLike = Union[str, Path]
+
+
+class RunKeywords(TypedDict, total=False):
+    """The types of ``run``'s option keywords, for a user's type checker; their names, help and checks come from
+    ``options.OPTIONS`` (a test keeps the two the same)."""
+
+    args: Sequence[str]
+    resume_args: Command
+    resume_command: Command
+    nproc: int
+    workdir: PathLike
+    out: PathLike
+    timeout: float
+    tolerance: float
+    horizon: Union[int, str, None]
+    maps: Sequence[PathLike]
+    exclude: Sequence[PathLike]
+    ckpt_dirs: Sequence[str]
+    keep_sandbox: bool
+    max_resumes: int
+    ignore: Sequence[str]
+    sweep: bool
+    nnodes: int
+    hosts: str
+    node_cmd: str
+    listen: str
 
 
 def _argv(value: Command) -> List[str]:
@@ -31,7 +61,7 @@ def _argv(value: Command) -> List[str]:
 
 
 def run(job: Command, scenario: str = faults.DEFAULT_SCENARIO, *, params: Optional[Dict[str, Any]] = None,
-        config: Union[str, Path, None] = None, reuse_reference: bool = True, **keywords: Any) -> Trial:
+        config: Union[str, Path, None] = None, reuse_reference: bool = True, **keywords: Unpack[RunKeywords]) -> Trial:
     """Run ``job`` (a script relative to ``workdir``, or a command) under ``scenario`` and return the verdict.
 
     ``params`` overrides scenario parameters (``{"save": 3, "fraction": 0.9}``); ``config`` names a
@@ -61,7 +91,7 @@ def run(job: Command, scenario: str = faults.DEFAULT_SCENARIO, *, params: Option
 
 
 def prepare(job: Command, scenario: str = faults.DEFAULT_SCENARIO, *, params: Optional[Dict[str, Any]] = None,
-            config: Union[str, Path, None] = None, **keywords: Any) -> Tuple[scenarios.Scenario, Dict[str, Any]]:
+            config: Union[str, Path, None] = None, **keywords: Unpack[RunKeywords]) -> Tuple[scenarios.Scenario, Dict[str, Any]]:
     """The scenario and the trial's options (as ``options.trial_spec``) that ``run``'s arguments ask for."""
     values = options.from_api(keywords)
     values["command"] = (*_argv(job), *(values.get("command") or ()))
