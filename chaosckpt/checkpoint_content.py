@@ -11,11 +11,12 @@ scan, plus what the caller knows about the loop), and :func:`analyse` (both).
 
 from __future__ import annotations
 
+import itertools
 import numbers
 import random
 import re
 from collections.abc import Mapping
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -41,6 +42,9 @@ _SETTINGS = frozenset({"config", "cfg", "args", "hparams", "hyper_parameters", "
                        "settings", "model_args", "train_config", "opts", "options"})
 _STATEFUL_LOADER_KEYS = ("_num_yielded", "_sampler_iter_state", "_snapshot", "_iterator_finished")
 PATH_MAX = 400
+KEYS_MAX = 1000
+"""Top-level keys described one by one (a checkpoint of more, a list of a million tensors, has the rest counted),
+and RNG states listed at most."""
 _LEAVES = (str, bytes, int, float, type(None))
 _RNG_LENGTHS = (3, 5)
 """The lengths of the sequences ``rng_kind`` can recognise (Python's and numpy's states)."""
@@ -135,11 +139,22 @@ def _is_internal(value: Mapping) -> bool:
         "last_epoch" in value and ("_step_count" in value or "base_lrs" in value))
 
 
+def _elements(value: Sequence, path: str, top: str, internal: bool) -> Iterator[Tuple[Any, str, str, bool]]:
+    """A list's or tuple's items to walk, with their key paths, drawn one at a time."""
+    for index, item in enumerate(value):
+        child = _child(path, index)
+        yield item, child, top or child, internal
+
+
 class _Walk:
     """One pass over a checkpoint object: collects tensors by storage, RNG states, counters, loader states."""
 
-    def __init__(self) -> None:
+    def __init__(self, tops: Sequence[str] = ()) -> None:
+        self.tops = set(tops)
+        """The top-level keys whose bytes and tensors are counted apart (at most :data:`KEYS_MAX`)."""
         self.tensors = 0
+        self.storage_of: Dict[int, Optional[Tuple[str, int]]] = {}
+        """Per tensor object (by id; the checkpoint keeps each alive), its storage's identity."""
         self.storage_bytes: Dict[Any, int] = {}
         self.views: Dict[Any, List[Tuple[str, int, int, int, str, Tuple[int, ...]]]] = {}
         self.key_storages: Dict[str, set] = {}
@@ -150,69 +165,82 @@ class _Walk:
         self.optimizers: List[str] = []
 
     def tensor(self, t: torch.Tensor, path: str, top: str) -> None:
+        """Count a reference to a tensor, under its top-level key; its storage and view are measured once per
+        tensor object, however often the checkpoint refers to it."""
         self.tensors += 1
-        self.key_tensors[top] = self.key_tensors.get(top, 0) + 1
+        kind = rng_kind(t, path)
+        if kind and len(self.rng) < KEYS_MAX:
+            self.rng.append({"path": path or "<root>", "kind": kind})
+        if id(t) not in self.storage_of:
+            self.storage_of[id(t)] = self._measure(t, path)
+        if top in self.tops:
+            self.key_tensors[top] = self.key_tensors.get(top, 0) + 1
+            if self.storage_of[id(t)] is not None:
+                self.key_storages.setdefault(top, set()).add(self.storage_of[id(t)])
+
+    def _measure(self, t: torch.Tensor, path: str) -> Optional[Tuple[str, int]]:
+        """Note a tensor's storage and the span its view covers; its storage's identity, None if it has none."""
         try:
             storage = t.untyped_storage()
         except (RuntimeError, NotImplementedError, TypeError):
-            return  # sparse, nested or wrapper-subclass tensors have no single storage to measure
+            return None  # sparse, nested or wrapper-subclass tensors have no single storage to measure
         key = _storage_key(storage)
         self.storage_bytes[key] = storage.nbytes()
-        self.key_storages.setdefault(top, set()).add(key)
         size = t.element_size()
         numel = t.numel()
         span = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()) if n > 0) if numel else 0
         self.views.setdefault(key, []).append(
             (path, t.storage_offset() * size, span * size, numel * size, str(t.dtype).replace("torch.", ""), tuple(t.shape)))
+        return key
 
     def loader(self, path: str) -> None:
         if all(entry["path"] != path for entry in self.loaders):
             self.loaders.append({"path": path})
 
     def run(self, obj: Any) -> None:
-        seen = set()
-        stack: List[Tuple[Any, str, str, bool]] = [(obj, "", "", False)]
+        """Depth first, each container's children drawn one at a time and each object walked once, so that the
+        walk's memory follows the object's depth and distinct objects, not how often a pickle refers to them."""
+        seen: set = set()
+        stack: List[Iterator[Tuple[Any, str, str, bool]]] = [iter([(obj, "", "", False)])]
         while stack:
-            value, path, top, internal = stack.pop()
+            entry = next(stack[-1], None)
+            if entry is None:
+                stack.pop()
+                continue
+            value, path, top, internal = entry
             if isinstance(value, _LEAVES):
                 continue
             sequence = isinstance(value, (list, tuple))  # checked first: torch.Tensor's isinstance is slow
             if not sequence and isinstance(value, torch.Tensor):
                 self.tensor(value, path, top or "<root>")
-                kind = rng_kind(value, path)
-                if kind:
-                    self.rng.append({"path": path or "<root>", "kind": kind})
                 continue
             kind = rng_kind(value, path) if not sequence or len(value) in _RNG_LENGTHS else None
             if kind:
-                self.rng.append({"path": path or "<root>", "kind": kind})
+                if len(self.rng) < KEYS_MAX:
+                    self.rng.append({"path": path or "<root>", "kind": kind})
                 continue
-            if sequence:
-                if id(value) in seen:
-                    continue
+            if (sequence or isinstance(value, Mapping)) and id(value) not in seen:
                 seen.add(id(value))
-                for index in range(len(value) - 1, -1, -1):
-                    child = _child(path, index)
-                    stack.append((value[index], child, top or child, internal))
-            elif isinstance(value, Mapping):
-                if id(value) in seen:
-                    continue
-                seen.add(id(value))
-                if "state" in value and "param_groups" in value:
-                    self.optimizers.append(path or "<root>")
-                internal = internal or _is_internal(value)
-                if not internal and path and any(k in value for k in _STATEFUL_LOADER_KEYS):
-                    self.loader(path)
-                for key, item in reversed(list(value.items())):
-                    child = _child(path, key)
-                    name = key.lower() if isinstance(key, str) else ""
-                    if not internal and name and _PROGRESS.fullmatch(name):
-                        ok, number = _progress_value(item)
-                        if ok:
-                            self.progress.append({"path": child, "name": key, "value": number})
-                    if not internal and name and _LOADER.fullmatch(name) and isinstance(item, Mapping) and item:
-                        self.loader(child)
-                    stack.append((item, child, top or _child("", key), internal or name in _SETTINGS))
+                stack.append(_elements(value, path, top, internal) if sequence else
+                             self._items(value, path, top, internal))
+
+    def _items(self, value: Mapping, path: str, top: str, internal: bool) -> Iterator[Tuple[Any, str, str, bool]]:
+        """A mapping's entries to walk, after noting what its keys say (counters, loader and optimizer states)."""
+        if "state" in value and "param_groups" in value:
+            self.optimizers.append(path or "<root>")
+        internal = internal or _is_internal(value)
+        if not internal and path and any(k in value for k in _STATEFUL_LOADER_KEYS):
+            self.loader(path)
+        for key, item in value.items():
+            name = key.lower() if isinstance(key, str) else ""
+            if not internal and name and _PROGRESS.fullmatch(name):
+                ok, number = _progress_value(item)
+                if ok:
+                    self.progress.append({"path": _child(path, key), "name": key, "value": number})
+            if not internal and name and _LOADER.fullmatch(name) and isinstance(item, Mapping) and item:
+                self.loader(_child(path, key))
+        return ((item, _child(path, key), top or _child("", key),
+                 internal or (isinstance(key, str) and key.lower() in _SETTINGS)) for key, item in value.items())
 
     def bloat(self) -> List[Dict[str, Any]]:
         """Storages much larger than all their saved views together: one entry per storage, not per view."""
@@ -237,27 +265,30 @@ class _Walk:
 def scan(obj: Any) -> Dict[str, Any]:
     """Walk a checkpoint object once and describe it as a plain, JSON-ready ``dict``.
 
-    Keys: ``bytes`` (unique tensor storage bytes in all), ``tensors``, ``keys`` (per top-level key:
-    ``key``, ``bytes`` of the unique storages under it, ``tensors``), ``bloat`` (storages much larger
+    Keys: ``bytes`` (unique tensor storage bytes in all), ``tensors``, ``keys`` (per top-level key, the first
+    :data:`KEYS_MAX`: ``key``, ``bytes`` of the unique storages under it, ``tensors``), ``keys_more`` (how many
+    top-level keys past those), ``bloat`` (storages much larger
     than their saved views), ``rng_states`` (``path``, ``kind``), ``progress`` (step/epoch-like
     integers: ``path``, ``name``, ``value``), ``loader_states`` (``path``) and ``optimizer_states`` (paths
     of optimizer state dicts: what makes a file a training checkpoint, not just weights). Containers are dicts,
     mappings, lists and tuples; other objects are not looked into.
     """
-    walk = _Walk()
-    walk.run(obj)
-    if isinstance(obj, Mapping):
-        tops = [_child("", k) for k in obj]
-    elif isinstance(obj, (list, tuple)):
-        tops = [_child("", i) for i in range(len(obj))]
+    if isinstance(obj, (Mapping, list, tuple)):
+        count = len(obj)
+        tops = [_child("", k) for k in itertools.islice(obj if isinstance(obj, Mapping) else range(count), KEYS_MAX)]
     else:
-        tops = ["<root>"] if walk.tensors else []
+        count, tops = 1, ["<root>"]
+    walk = _Walk(tops)
+    walk.run(obj)
+    if tops == ["<root>"] and not walk.tensors:
+        count, tops = 0, []
     keys = [{"key": top, "bytes": sum(walk.storage_bytes[s] for s in walk.key_storages.get(top, ())),
              "tensors": walk.key_tensors.get(top, 0)} for top in tops]
     return {
         "bytes": sum(walk.storage_bytes.values()),
         "tensors": walk.tensors,
         "keys": keys,
+        "keys_more": count - len(tops),
         "bloat": walk.bloat(),
         "rng_states": walk.rng,
         "progress": walk.progress,
@@ -279,7 +310,7 @@ def whole(contents: Dict[str, Any]) -> bool:
 def merge(parts: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
     """One :func:`scan` result for a checkpoint written as several objects (a Trainer's model, optimizer
     and RNG files): what any of them holds, the checkpoint holds."""
-    merged: Dict[str, Any] = {"bytes": 0, "tensors": 0, "keys": [], "bloat": [], "rng_states": [], "progress": [],
+    merged: Dict[str, Any] = {"bytes": 0, "tensors": 0, "keys": [], "keys_more": 0, "bloat": [], "rng_states": [], "progress": [],
                               "loader_states": [], "optimizer_states": []}
     for part in parts:
         for key, value in part.items():

@@ -90,6 +90,14 @@ def project(tmp_path: Path) -> Path:
     return project_with(tmp_path, JOB)
 
 
+@pytest.fixture
+def suite_dir(tmp_path: Path) -> Path:
+    """A stored suite of three trials: one passed, one failed (diverged, with a finding), one never run."""
+    from stored_results import stored_suite
+
+    return stored_suite(tmp_path)
+
+
 JUNIT_SCHEMA = Path(__file__).resolve().parent / "junit-10.xsd"
 
 

@@ -3,8 +3,6 @@ with one line on stderr and no traceback, before any run starts, and the project
 
 from __future__ import annotations
 
-import os
-import socket
 from pathlib import Path
 
 import pytest

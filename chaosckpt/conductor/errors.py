@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import json
+import unicodedata
 from typing import Any, Iterable
 
 
@@ -31,6 +32,28 @@ def shown(value: Any) -> str:
     """A value as a user wrote it in TOML or on the command line (``"abc"``, ``true``, ``[1, 2]``), not as
     Python's repr would show it (``'abc'``, ``True``, ``PosixPath(...)``)."""
     return json.dumps(value, default=str, ensure_ascii=False)
+
+
+_SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_HIDDEN = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+"""Unicode categories escaped: control, format (bidi overrides and isolates, zero-width marks), surrogate
+(undecodable bytes of a file name), private, unassigned, line and paragraph separators."""
+
+
+def printable(text: str) -> str:
+    """One line of text as people may safely read it, for every human-facing output: a name is data and may hold
+    a newline (a second, forged ``OK`` line) or a bidi control (text displayed in another order than it reads).
+    Each such character is written as an escape (``\\n``, ``\\u202e``); other characters, accented letters and
+    scripts included, stay as they are."""
+    if text.isprintable():
+        return text
+    return "".join(_escaped(c) if unicodedata.category(c) in _HIDDEN else c for c in text)
+
+
+def _escaped(char: str) -> str:
+    code = ord(char)
+    return _SHORT.get(char) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000
+                                else f"\\U{code:08x}")
 
 
 EXIT_CODES = """\b

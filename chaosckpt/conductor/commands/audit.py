@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional
 
 import click
 
-from chaosckpt.conductor.errors import ExitCode, UsageError
+from chaosckpt.conductor.errors import ExitCode, UsageError, printable
 from chaosckpt.conductor.results.envelope import envelope
 
 KINDS = ("unreadable-checkpoint", "incomplete-checkpoint", "unsafe-pickle", "pickled-objects", "checkpoint-view-bloat",
@@ -42,8 +42,9 @@ def _details(contents: Dict[str, Any]) -> List[str]:
     keys = sorted(contents["keys"], key=lambda k: -k["bytes"])
     shown = [f"{k['key']} {human_bytes(k['bytes'])} ({_plural(k['tensors'], 'tensor')})" if k["tensors"] else k["key"]
              for k in keys[:SHOWN_KEYS]]
-    if len(keys) > SHOWN_KEYS:
-        shown.append(f"and {len(keys) - SHOWN_KEYS} more")
+    more = len(keys) + contents.get("keys_more", 0) - SHOWN_KEYS
+    if more > 0:
+        shown.append(f"and {more} more")
     rng = [f"{r['path']} ({r['kind']})" for r in contents["rng_states"]]
     progress = [f"{p['path']}={p['value'] if p['value'] is not None else '?'}" for p in contents["progress"]]
     lines = [f"keys: {', '.join(shown) or 'none'}", f"RNG states: {', '.join(rng) or 'none'}",
@@ -60,7 +61,8 @@ def _render(report: Dict[str, Any]) -> List[str]:
     if contents is None:
         head = f"FINDINGS {name}: unreadable ({report['bytes']} bytes)"
     else:
-        summary = f"{_plural(len(contents['keys']), 'key')}, {human_bytes(report['bytes'])} ({report['file_format']})"
+        count = len(contents["keys"]) + contents.get("keys_more", 0)
+        summary = f"{_plural(count, 'key')}, {human_bytes(report['bytes'])} ({report['file_format']})"
         head = f"FINDINGS {name}: {summary}; {_plural(len(findings), 'finding')}" if findings else f"OK {name}: {summary}"
     lines = [head] + [f"  - {f['kind']}: {f['message']}" for f in findings]
     if contents is not None:
@@ -189,7 +191,7 @@ def command(files, streams, training, ignored, max_inflate, as_json):
             lines = _render(report)
         if not as_json:
             for line in lines:
-                click.echo(line)
+                click.echo(printable(line))
     if as_json:
         click.echo(json.dumps(envelope(files=reports, checkpoints=folders)))
     failed = any(r["status"] != "ok" for r in reports + folders)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
 import click
 
 from chaosckpt.conductor import config as configs, faults, options, scenario as scenarios
-from chaosckpt.conductor.errors import EXIT_CODES, UsageError, exit_code
+from chaosckpt.conductor.errors import EXIT_CODES, UsageError, exit_code, printable
 from chaosckpt.conductor.nodes import cluster as clusters
 from chaosckpt.conductor.results import atomic
 from chaosckpt.conductor.results.result import document
@@ -81,7 +81,7 @@ def command(args, scenario_name, params, config_path, as_json, **given):
         click.echo(json.dumps(doc))
     else:
         for line in render.text(trial):
-            click.echo(line)
+            click.echo(printable(line))
     sys.exit(int(exit_code([trial.status])))
 
 

@@ -16,10 +16,10 @@ import click
 
 from chaosckpt.conductor import config as configs, faults, options, scenario as scenarios
 from chaosckpt.conductor.commands import report as report_command
-from chaosckpt.conductor.errors import EXIT_CODES, ExitCode, UsageError, exit_code, shown
+from chaosckpt.conductor.errors import EXIT_CODES, ExitCode, UsageError, exit_code, printable, shown
 from chaosckpt.conductor.results import atomic, history, stored, timestamps
 from chaosckpt.conductor.results.envelope import envelope
-from chaosckpt.conductor.results.plan import Plan, PlannedTrial, scenario_label, trial_ids
+from chaosckpt.conductor.results.plan import Plan, PlannedTrial, load_plan, scenario_label, trial_ids
 from chaosckpt.conductor.results.result import document
 from chaosckpt.conductor.runs import cache, invocation, leftovers, locks, logcap
 from chaosckpt.conductor.suite import keywords
@@ -96,11 +96,11 @@ def _new_plan(conf: configs.SuiteConfig, from_cli: bool, params: Dict[str, Any])
 
 def _interrupted(results: Path) -> Path:
     """The newest suite under ``results``, which must not have finished."""
-    found = sorted(p.parent for p in results.glob("*/suite.json"))
+    found = [(p.parent, data) for p in sorted(results.glob("*/suite.json")) for data in [load_plan(p.parent)] if data]
     if not found:
         raise UsageError(f"no suite to resume under {results}; run chaosckpt suite without --resume")
-    newest = found[-1]
-    if json.loads((newest / "suite.json").read_text()).get("state") == "finished":
+    newest, data = found[-1]
+    if data.get("state") == "finished":
         raise UsageError(f"nothing to resume: the newest suite, {newest}, finished; run chaosckpt suite without --resume")
     return newest
 
@@ -147,13 +147,13 @@ class Progress:
         if self.bar is not None:
             self.bar.update(1, self._now())
             return
-        click.echo(f"[{self.count}/{self.total}] {_line(item)}", err=self.as_json)
+        click.echo(printable(f"[{self.count}/{self.total}] {_line(item)}"), err=self.as_json)
         if not self.as_json:
             self.streamed.append(item.planned.id)
             if item.trial is not None and item.trial["status"] != "passed":
                 for finding in item.trial["findings"]:
-                    click.echo(f"  - {finding['kind']}: {finding['message']}")
-                click.echo(f"  replay: {self.replay(item.planned)}")
+                    click.echo(printable(f"  - {finding['kind']}: {finding['message']}"))
+                click.echo(printable(f"  replay: {self.replay(item.planned)}"))
 
 
 def _line(item: Finished) -> str:
@@ -369,14 +369,14 @@ def _summary(results: stored.Results, finished: List[Finished], elapsed: float, 
             click.echo(f"SKIPPED {item.id}: {item.skipped}")
             continue
         if item.id in crashed:
-            click.echo(_line(crashed[item.id]))
+            click.echo(printable(_line(crashed[item.id])))
             continue
         if item.trial is None:
-            click.echo(f"{item.id}: not run yet; chaosckpt suite --resume runs it")
+            click.echo(printable(f"{item.id}: not run yet; chaosckpt suite --resume runs it"))
             continue
-        click.echo(f"{item.trial.headline}" if item.trial.scenario == item.id else f"{item.id}: {item.trial.headline}")
+        click.echo(printable(item.trial.headline if item.trial.scenario == item.id else f"{item.id}: {item.trial.headline}"))
         if item.trial.status != "passed":
             for finding in item.trial.findings:
-                click.echo(f"  - {finding.kind}: {finding.message}")
-            click.echo(f"  replay: {item.replay}")
+                click.echo(printable(f"  - {finding.kind}: {finding.message}"))
+            click.echo(printable(f"  replay: {item.replay}"))
     click.echo(f"chaosckpt: {results.summary()} in {elapsed:.0f} s; reports: {', '.join(os.path.relpath(p) for p in reports)}")

@@ -21,6 +21,7 @@ import gc
 import io
 import os
 import pickle
+import pickletools
 import re
 import stat
 import struct
@@ -42,6 +43,14 @@ _CHUNK = 1 << 24
 INFLATE_FACTOR = 4
 INFLATE_MIN = 16 << 20
 INFLATE_MAX = 1 << 30
+
+
+CALLS_SHOWN = 5
+"""Calls of one pickled callable the report shows; the rest are counted, so a flood of calls is one short line."""
+NAMES_SHOWN = 20
+"""Names or calls a finding lists; more are counted ("and 9980 more")."""
+NAMES_MAX = 10_000
+"""Distinct globals one file may name: a checkpoint names a few dozen; each costs a placeholder class."""
 
 
 def inflate_limit(size: int) -> int:
@@ -84,10 +93,11 @@ class PickledObject(dict):
     """
 
     pickled_name = "?"
-    calls: List[Tuple[str, tuple]] = []
+    log: Optional["PickleLog"] = None
 
     def __new__(cls, *args: Any, **kwargs: Any) -> "PickledObject":
-        cls.calls.append((cls.pickled_name, args))
+        if cls.log is not None:
+            cls.log.called(cls.pickled_name, args)
         return dict.__new__(cls)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -307,7 +317,7 @@ class _Unpickler(pickle.Unpickler):
             module, name = _compat_pickle.NAME_MAPPING[(module, name)]
         module = _compat_pickle.IMPORT_MAPPING.get(module, module)
         qualname = f"{module}.{name}"
-        self._log.globals.add(qualname)
+        self._log.named(qualname)
         allowed = _ALLOWED.get(qualname)
         if allowed is None:
             allowed = _torch_attribute(module, name)
@@ -323,43 +333,148 @@ class _Unpickler(pickle.Unpickler):
         return self._load_storage(pid)
 
 
+class _Reader:
+    """The stream an unpickler reads: no more than ``limit`` bytes in all and nothing past ``end``, so a record
+    that claims gigabytes costs what the data really holds. ``peek`` lets the C unpickler read ahead in chunks."""
+
+    def __init__(self, stream: Any, end: int, limit: int) -> None:
+        self._stream, self._end, self._left, self._limit = stream, end, limit, limit
+
+    def _room(self, n: Optional[int]) -> int:
+        left = max(0, self._end - self._stream.tell())
+        if n is not None and n > self._left:
+            raise _claims_too_much(self._limit)
+        return left if n is None or n < 0 else min(n, left)
+
+    def peek(self, n: int = 1) -> bytes:
+        at = self._stream.tell()
+        data = self._stream.read(min(self._room(None), max(n, 1), self._left))
+        self._stream.seek(at)
+        return data
+
+    def read(self, n: Optional[int] = -1) -> bytes:
+        data = self._stream.read(self._room(n))
+        self._left -= len(data)
+        return data
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(buffer))
+        buffer[:len(data)] = data
+        return len(data)
+
+    def readline(self, n: Optional[int] = -1) -> bytes:
+        data = self._stream.readline(min(self._room(n), self._left + 1))
+        self._left -= len(data)
+        if self._left < 0:
+            raise _claims_too_much(self._limit)
+        return data
+
+
+_PREALLOCATED = re.compile(rb"[\x8e\x96]")
+"""BINBYTES8 and BYTEARRAY8: the C unpickler allocates the length they claim before it reads a byte."""
+
+
+def _check_claims(stream: Any, end: int, limit: int) -> None:
+    """Refuse a BINBYTES8 or BYTEARRAY8 record that claims more than ``limit`` or than the data holds, before the
+    C unpickler allocates it. Bytes that look like one are searched for first; only where one claims too much are
+    the opcodes walked (by pickletools, through a :class:`_Reader`) to tell a real record from data."""
+    start = stream.tell()
+    stop = min(end, start + limit)
+    suspect, at = False, start
+    while at < stop and not suspect:
+        chunk = stream.read(min(_CHUNK, stop - at) + 8)
+        for match in _PREALLOCATED.finditer(chunk, 0, max(0, len(chunk) - 8)):
+            (claim,) = struct.unpack_from("<Q", chunk, match.end())
+            suspect = suspect or claim > min(limit, end - (at + match.end() + 8))
+        at += _CHUNK
+        stream.seek(at)
+    stream.seek(start)
+    if suspect:
+        try:
+            for _ in pickletools.genops(_Reader(stream, end, limit)):
+                pass
+        except ValueError as exc:
+            raise AuditError(f"not a readable pickle ({exc}): torn, damaged or not a checkpoint") from None
+        finally:
+            stream.seek(start)
+
+
+def _unpickle(stream: Any, end: int, load_storage: Optional[Callable[[tuple], _Storage]], log: "PickleLog",
+              limit: int) -> Any:
+    """One pickle from ``stream`` (which ends at ``end``), read within ``limit`` bytes."""
+    _check_claims(stream, end, limit)
+    return _Unpickler(_Reader(stream, end, limit), load_storage, log, limit).load()
+
+
 class PickleLog:
-    """Names the pickle asked for outside the allowlist, and the calls it would have made."""
+    """Names the pickle asked for outside the allowlist, and the calls it would have made.
+
+    Bounded whatever the pickle does: at most :data:`NAMES_MAX` names, and per callable a count of its calls
+    with the arguments of the first :data:`CALLS_SHOWN` only."""
 
     def __init__(self) -> None:
         self.names: List[str] = []
         self.globals: set = set()
         """Every global the pickle named, allowlisted or not."""
-        self.calls: List[Tuple[str, tuple]] = []
+        self.calls: Dict[str, List[tuple]] = {}
+        """Per placeholder name, the arguments of its first calls."""
+        self.call_counts: Dict[str, int] = {}
         self._classes: Dict[str, type] = {}
+
+    def named(self, qualname: str) -> None:
+        """Note a global the pickle names; past :data:`NAMES_MAX` distinct ones the file is no checkpoint."""
+        if qualname not in self.globals and len(self.globals) >= NAMES_MAX:
+            raise AuditError(f"the pickle names more than {NAMES_MAX} distinct globals (a checkpoint names a few dozen)")
+        self.globals.add(qualname)
 
     def placeholder(self, qualname: str) -> type:
         if qualname not in self._classes:
             self.names.append(qualname)
-            self._classes[qualname] = type(qualname, (PickledObject,), {"pickled_name": qualname, "calls": self.calls})
+            self._classes[qualname] = type(qualname, (PickledObject,), {"pickled_name": qualname, "log": self})
         return self._classes[qualname]
+
+    def called(self, qualname: str, args: tuple) -> None:
+        count = self.call_counts.get(qualname, 0)
+        self.call_counts[qualname] = count + 1
+        if count < CALLS_SHOWN:
+            self.calls.setdefault(qualname, []).append(args)
 
     def beyond_weights_only(self) -> List[str]:
         """Globals that ``torch.load(weights_only=True)`` refuses by default: numpy's and every placeholder."""
         return sorted(n for n in self.globals if n in self.names or n.split(".")[0] == "numpy")
+
+    def _shown_calls(self, names: List[str]) -> List[str]:
+        shown = []
+        for name in names:
+            shown += [f"{name}({', '.join(_short(a) for a in args)})" for args in self.calls.get(name, ())]
+            more = self.call_counts.get(name, 0) - CALLS_SHOWN
+            if more > 0:
+                shown.append(f"{name} called {more} more times")
+        return shown
 
     def findings(self) -> List[Dict[str, Any]]:
         """``unsafe-pickle`` for callables that run commands or code, ``pickled-objects`` for the rest."""
         out = []
         dangerous = [n for n in self.names if is_dangerous(n)]
         if dangerous:
-            shown = [f"{name}({', '.join(_short(a) for a in args)})" for name, args in self.calls if name in dangerous]
-            what = "; ".join(shown or dangerous)
-            out.append({"kind": "unsafe-pickle", "callables": dangerous, "calls": shown, "message": (
+            shown = self._shown_calls(dangerous)
+            what = "; ".join(_first(shown or dangerous))
+            out.append({"kind": "unsafe-pickle", "callables": dangerous[:NAMES_SHOWN], "calls": shown[:NAMES_SHOWN],
+                        "message": (
                 f"loading this file runs {what}: its pickle calls code that can run commands; chaosckpt did not "
                 "run it. Do not torch.load it with weights_only=False")})
         others = [n for n in self.names if n not in dangerous]
         if others:
-            out.append({"kind": "pickled-objects", "names": others, "message": (
-                f"the checkpoint pickles objects of {', '.join(others)}: torch.load(weights_only=True), the default "
-                "since torch 2.6, refuses it, and weights_only=False runs their code; save plain values "
+            out.append({"kind": "pickled-objects", "names": others[:NAMES_SHOWN], "message": (
+                f"the checkpoint pickles objects of {', '.join(_first(others))}: torch.load(weights_only=True), the "
+                "default since torch 2.6, refuses it, and weights_only=False runs their code; save plain values "
                 "(dicts, numbers, strings, tensors) instead (chaosckpt did not import or run them)")})
         return out
+
+
+def _first(items: List[str]) -> List[str]:
+    """The first :data:`NAMES_SHOWN` items, and a count of the rest."""
+    return items[:NAMES_SHOWN] + ([f"and {len(items) - NAMES_SHOWN} more"] if len(items) > NAMES_SHOWN else [])
 
 
 def _short(value: Any) -> str:
@@ -379,6 +494,11 @@ class Loaded:
 def _too_large(name: str, limit: int) -> AuditError:
     return AuditError(f"record {name} inflates to more than {limit} bytes: a zip bomb, or not a torch.save "
                       "checkpoint (torch never compresses); raise the limit with --max-inflate if you trust the file")
+
+
+def _claims_too_much(limit: int) -> AuditError:
+    return AuditError(f"the pickle claims more than {limit} bytes: a memory bomb, or not a checkpoint; raise the "
+                      "limit with --max-inflate if you trust the file")
 
 
 class _Capped:
@@ -547,10 +667,10 @@ def _load_zip(handle: Any, log: PickleLog, limit: int) -> Loaded:
         try:
             stream = _open_record(archive, records[pickles[0]], limit)
             try:
-                data = io.BytesIO(stream.read())  # within the limit; whole, since the unpickler reads it in small bites
+                data = stream.read()  # within the limit; whole, since the unpickler reads it in small bites
             finally:
                 stream.stream.close()
-            obj = _Unpickler(data, load_storage, log, limit).load()
+            obj = _unpickle(io.BytesIO(data), len(data), load_storage, log, limit)
             _check_records(handle, archive, prefix, limit)
         except zipfile.BadZipFile as exc:
             raise AuditError(f"damaged zip archive: {exc}") from None
@@ -559,11 +679,11 @@ def _load_zip(handle: Any, log: PickleLog, limit: int) -> Loaded:
 
 def _load_pickles(stream: Any, size: int, log: PickleLog, limit: int) -> Loaded:
     """A legacy torch file (magic, version, system info, object, storage keys, raw storages) or a plain pickle."""
-    first = _Unpickler(stream, None, log, limit).load()
+    first = _unpickle(stream, size, None, log, limit)
     if not (type(first) is int and first == LEGACY_MAGIC):
         return Loaded(first, "pickle", log)
-    _Unpickler(stream, None, log, limit).load()
-    _Unpickler(stream, None, log, limit).load()
+    _unpickle(stream, size, None, log, limit)
+    _unpickle(stream, size, None, log, limit)
     storages: Dict[str, _Storage] = {}
 
     def load_storage(pid: tuple) -> _Storage:
@@ -574,8 +694,8 @@ def _load_pickles(stream: Any, size: int, log: PickleLog, limit: int) -> Loaded:
             storages[key] = _Storage(torch.UntypedStorage(int(pid[4]) * dtype.itemsize, device="meta"), dtype)
         return storages[key]
 
-    obj = _Unpickler(stream, load_storage, log, limit).load()
-    keys = _Unpickler(stream, None, log, limit).load()
+    obj = _unpickle(stream, size, load_storage, log, limit)
+    keys = _unpickle(stream, size, None, log, limit)
     if not isinstance(keys, list):
         raise AuditError("legacy torch file without its list of storages")
     for key in keys:
@@ -686,6 +806,12 @@ def open_regular(path: Union[str, Path]) -> BinaryIO:
         raise
 
 
+_PICKLE_STARTS = frozenset(op.code for op in pickletools.opcodes
+                           if op.proto < 2 and op.stack_before == [] and op.code not in "ghjpqrP") | {"\x80"}
+"""First bytes of a pickle: PROTO, or (protocols 0 and 1, which torch.load(weights_only=False) runs just the
+same) any opcode that can start one."""
+
+
 def load(path: Union[str, Path], max_inflate: Optional[int] = None, log: Optional[PickleLog] = None) -> Loaded:
     """Rebuild a checkpoint file's object without running any of it; :class:`AuditError` if it cannot be read.
 
@@ -709,7 +835,7 @@ def load(path: Union[str, Path], max_inflate: Optional[int] = None, log: Optiona
                 return Loaded(safetensors_header.read(handle, size), "safetensors", log)
             except safetensors_header.HeaderError as exc:
                 raise AuditError(str(exc)) from None
-        if not head.startswith(b"\x80"):
+        if chr(head[0]) not in _PICKLE_STARTS:
             raise AuditError("neither a torch checkpoint, a pickle nor a safetensors file (unrecognised first bytes)")
         return _load_pickles(handle, size, log, limit)
 

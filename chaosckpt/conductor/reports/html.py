@@ -8,6 +8,7 @@ from typing import List, Optional
 import jinja2
 from markupsafe import Markup
 
+from chaosckpt.conductor.errors import printable
 from chaosckpt.conductor.reports import plot
 from chaosckpt.conductor.results import atomic
 from chaosckpt.conductor.results.stored import Results, StoredTrial
@@ -44,10 +45,16 @@ def _figure(stored: StoredTrial) -> Optional[Markup]:
     return Markup(drawn) if drawn is not None else None
 
 
+def _printable(value: object) -> object:
+    """What the template prints, names escaped as everywhere else (the drawn figure, markup already, as it is)."""
+    return printable(value) if isinstance(value, str) and not isinstance(value, Markup) else value
+
+
 def render(results: Results) -> str:
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("chaosckpt.conductor.reports", "templates"),
         autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined,
+        finalize=_printable,
     )
     cards = [
         {"stored": s, "timeline": timeline(s) if s.trial else [], "figure": _figure(s) if s.trial else None}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import List
 
+from chaosckpt.conductor.errors import printable
 from chaosckpt.conductor.results import atomic
 from chaosckpt.conductor.results.stored import Results, StoredTrial
 
@@ -76,7 +77,7 @@ def render(results: Results) -> str:
     if len(bad) > MAX_DETAILS:
         folders = " ".join(str(p.source) for p in results.sources)
         lines.append(f"… and {len(bad) - MAX_DETAILS} more; see the HTML report or `chaosckpt report {folders}`.")
-    return "\n".join(lines).rstrip() + "\n"
+    return "\n".join(printable(line) for line in lines).rstrip() + "\n"
 
 
 def write(results: Results, path: Path) -> None:

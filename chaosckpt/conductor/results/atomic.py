@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
+import time
 from pathlib import Path
+
+from chaosckpt.conductor.errors import printable
 
 
 def fsync_dir(directory: Path) -> None:
@@ -39,3 +43,17 @@ def write_bytes(path: Path, data: bytes) -> None:
 
 def write_text(path: Path, text: str) -> None:
     write_bytes(path, text.encode())
+
+
+def set_aside(path: Path, why: str, then: str = "") -> None:
+    """Move a damaged state file out of the way (``NAME.damaged-<timestamp>``), saying so in one line on stderr,
+    so that the command goes on with what is intact and the next one does not trip on it again; ``then``: what
+    the command does instead (``and started a new history``)."""
+    path = Path(path)
+    aside = path.with_name(f"{path.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
+    try:
+        os.replace(path, aside)
+        moved = f"moved it to {aside.name}{' ' + then if then else ''}"
+    except OSError as exc:
+        moved = f"could not move it aside ({exc.strerror or exc}), so it is left out"
+    print(printable(f"chaosckpt: warning: {path} was damaged ({why}); {moved}"), file=sys.stderr)

@@ -7,14 +7,12 @@ database without that suite, never with part of it.
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
-import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, List, Optional, TypeVar
 
+from chaosckpt.conductor.results import atomic
 from chaosckpt.conductor.results.stored import StoredTrial
 from chaosckpt.conductor.runs import cache
 
@@ -45,9 +43,25 @@ DAMAGED = (11, 26)
 """SQLite's SQLITE_CORRUPT and SQLITE_NOTADB: the file is not a database any more."""
 
 
+_COLUMNS = {"suites": ["id", "started", "folder", "command", "chaosckpt"],
+            "trials": ["suite", "trial", "scenario", "params", "status", "lost_steps", "first_divergent_step", "headline"]}
+
+
+class _OtherSchema(sqlite3.DatabaseError):
+    """A database whose tables are not the history's: another program's file, or an older layout."""
+
+
 def _connect(path: Path) -> sqlite3.Connection:
     db = sqlite3.connect(path)
-    db.executescript(SCHEMA)
+    try:
+        db.executescript(SCHEMA)
+        for table, columns in _COLUMNS.items():
+            found = [row[1] for row in db.execute(f"PRAGMA table_info({table})")]
+            if found != columns:
+                raise _OtherSchema(f"its {table} table has the columns {', '.join(found)}, not the history's")
+    except BaseException:
+        db.close()
+        raise
     return db
 
 
@@ -63,12 +77,9 @@ def _transaction(path: Path, work: Callable[[sqlite3.Connection], T]) -> T:
             finally:
                 db.close()
         except sqlite3.DatabaseError as exc:
-            if attempt or getattr(exc, "sqlite_errorcode", None) not in DAMAGED:
+            if attempt or not (isinstance(exc, _OtherSchema) or getattr(exc, "sqlite_errorcode", None) in DAMAGED):
                 raise
-            aside = path.with_name(f"{path.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
-            os.replace(path, aside)
-            print(f"chaosckpt: warning: {path} was damaged ({exc}); moved it to {aside.name} and started a new "
-                  "history", file=sys.stderr)
+            atomic.set_aside(path, str(exc), "and started a new history")
     raise AssertionError("unreachable")
 
 

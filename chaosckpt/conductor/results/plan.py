@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from chaosckpt import __version__
+from chaosckpt.conductor.results import atomic
 from chaosckpt.conductor.runs import horizon
 
 FORMAT = 1
@@ -143,9 +144,38 @@ def trial_dir(folder: Path, trial: PlannedTrial) -> Path:
     return folder / "trials" / trial.id
 
 
+_STATUSES = ("passed", "failed", "inconclusive")
+_DAMAGE = (ValueError, KeyError, TypeError, IndexError, AttributeError)
+"""What reading a cut short or reshaped state file raises (a file that cannot be read at all is no damage of it)."""
+
+
 def stored_trial(folder: Path, trial: PlannedTrial) -> Optional[Dict[str, Any]]:
-    """The trial's verdict if it finished, else None."""
+    """The trial's verdict if it finished, else None; a damaged verdict is moved aside, and the trial is to run."""
     path = trial_dir(folder, trial) / "result.json"
     if not path.is_file():
         return None
-    return json.loads(path.read_text())["trials"][0]
+    try:
+        doc = json.loads(path.read_text())
+        if doc["format"] != 1:
+            raise ValueError(f"format {doc['format']}, which this chaosckpt cannot read")
+        found = doc["trials"][0]
+        if found["status"] not in _STATUSES or not isinstance(found["headline"], str) or not isinstance(found["runs"], list):
+            raise ValueError("a verdict without its status, headline or runs")
+        return found
+    except _DAMAGE as exc:
+        atomic.set_aside(path, f"{type(exc).__name__}: {exc}")
+        return None
+
+
+def load_plan(folder: Path) -> Optional[Dict[str, Any]]:
+    """A suite's ``suite.json`` as stored, if it reads back as a plan; a damaged one is moved aside (None)."""
+    path = folder / "suite.json"
+    try:
+        data = json.loads(path.read_text())
+        Plan.from_dict(data)
+        return data
+    except FileNotFoundError:
+        return None
+    except _DAMAGE as exc:
+        atomic.set_aside(path, f"{type(exc).__name__}: {exc}")
+        return None

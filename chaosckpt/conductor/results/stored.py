@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from chaosckpt.conductor.errors import UsageError
-from chaosckpt.conductor.results import timestamps
-from chaosckpt.conductor.results.plan import Plan, stored_trial, trial_dir
+from chaosckpt.conductor.errors import UsageError, shown
+from chaosckpt.conductor.results import atomic, timestamps
+from chaosckpt.conductor.results.plan import Plan, load_plan, stored_trial, trial_dir
 from chaosckpt.conductor.results.result import Finding, RunRecord, Trial
 from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog
 
@@ -157,7 +157,9 @@ class Results:
 
 
 def _suite(folder: Path) -> Results:
-    data = json.loads((folder / "suite.json").read_text())
+    data = load_plan(folder)
+    if data is None:
+        raise UsageError(f"{folder} holds no chaosckpt results any more: its suite.json was damaged")
     plan = Plan.from_dict(data)
     results = Results(folder, f"chaosckpt suite {folder.name}", shlex.join(plan.command), timestamps.normalized(plan.created),
                       plan.chaosckpt, hostname=data.get("hostname", ""), seed=plan.seed)
@@ -195,7 +197,16 @@ def _replay(trial: Trial) -> Optional[str]:
 
 
 def _document(path: Path) -> Results:
-    doc = json.loads(path.read_text())
+    try:
+        doc = json.loads(path.read_text())
+    except ValueError as exc:
+        atomic.set_aside(path, f"{type(exc).__name__}: {exc}")
+        raise UsageError(f"{path} held no readable chaosckpt results; it was moved aside") from None
+    if not isinstance(doc, dict) or "format" not in doc:
+        raise UsageError(f"{path} is no chaosckpt result document (it has no format field)")
+    if doc["format"] != 1:
+        raise UsageError(f"{path} is a result document of format {shown(doc['format'])}, which this chaosckpt cannot "
+                         "read (it reads format 1); render it with the chaosckpt that wrote it")
     trials = [trial_from_dict(t) for t in doc.get("trials", [])]
     command = shlex.join(trials[0].runs[0].command) if trials and trials[0].runs else ""
     results = Results(path.parent, f"chaosckpt results {path.parent.name}", command, timestamps.of_folder(path.parent),

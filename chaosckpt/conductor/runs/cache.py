@@ -213,9 +213,10 @@ def damage(folder: Path) -> Optional[str]:
     """What is wrong with a stored reference run (a file missing, cut short or changed), or None if it is whole."""
     try:
         files = json.loads((folder / MANIFEST).read_text())
-    except (OSError, ValueError):
-        return f"its {MANIFEST} is missing or unreadable"
-    for rel, (size, digest) in sorted(files.items()):
+        entries = sorted((str(rel), int(size), str(digest)) for rel, (size, digest) in files.items())
+    except (OSError, ValueError, TypeError, AttributeError):
+        return f"its {MANIFEST} is missing, unreadable or of another shape"
+    for rel, size, digest in entries:
         path = folder / rel
         try:
             actual = path.stat().st_size

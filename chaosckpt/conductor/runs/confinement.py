@@ -188,18 +188,6 @@ def refusal(paths: List[str], config_key: str = "map") -> str:
             f"(config key {config_key} = {json.dumps(folders)}) to let those writes land in the sandbox instead")
 
 
-def remove(cwd: Path) -> None:
-    """Remove the layers of sandbox ``cwd`` (or of the sandboxes in folder ``cwd``); overlayfs leaves its work
-    folders mode 000, which only root could enter to remove."""
-    for inner in [*layers(cwd).glob("*/work/work"), *layers(cwd).glob("*/*/work/work"),
-                  *cwd.glob("*.layers/*/work/work"), *cwd.glob("*.layers/*/*/work/work")]:
-        try:
-            inner.chmod(0o700)
-        except OSError:
-            pass
-    shutil.rmtree(layers(cwd), ignore_errors=True)
-
-
 def note(maps: Sequence[str]) -> str:
     """What the preflight says about confinement."""
     how = "a private mount namespace" if available() else "the agent refusing Python writes (no mount namespace here)"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import shlex
@@ -37,12 +38,46 @@ def interpreter(path: Path) -> Optional[List[str]]:
     return None
 
 
+_PSEUDO = frozenset({"proc", "sysfs", "devtmpfs", "devpts", "cgroup", "cgroup2", "securityfs", "debugfs",
+                     "tracefs", "configfs", "bpf", "pstore", "efivarfs", "fusectl", "binfmt_misc", "mqueue"})
+"""File systems of the kernel's own state: copying one into a sandbox reads processes' memory and devices."""
+
+
+def _mounts(path: str = "/proc/self/mountinfo") -> List[Tuple[str, str]]:
+    """(mount point, file system type) of every mount this process sees; none where that cannot be read."""
+    try:
+        with open(path, encoding="utf-8", errors="surrogateescape") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        fields, _, rest = line.partition(" - ")
+        parts = fields.split()
+        if len(parts) > 4 and rest:
+            point = parts[4].encode("utf-8", "surrogateescape").decode("unicode_escape")
+            out.append((point, rest.split()[0]))
+    return out
+
+
+def check_workdir(workdir: Path) -> None:
+    """A working directory is copied into every sandbox: one that holds the kernel's file systems (``--workdir
+    /`` holds ``/proc``) is a usage error, not a copy of every process's memory."""
+    root = Path(workdir).resolve()
+    for point, kind in _mounts():
+        if kind in _PSEUDO and (Path(point) == root or root in Path(point).parents or Path(point) in root.parents):
+            raise UsageError(f"the working directory {root} holds {point} (a {kind} file system of the kernel's "
+                             "state), and the working directory is copied into each sandbox; give the job's own "
+                             "project folder with --workdir")
+
+
 def job_command(args: Sequence[str], workdir: Path, base: Optional[Path] = None) -> List[str]:
     """The job's command: ``SCRIPT.py [ARGS]`` runs with this Python; another script in the folder runs by its
     ``#!`` line (``.sh``: with bash); anything else runs as given.
 
     A relative script path is taken from ``base`` (a configuration file's folder), else the current folder.
     """
+    check_workdir(workdir)
     if not args:
         raise UsageError("give a training script (chaosckpt run train.py ...) or a command after -- (chaosckpt run ... -- bash train.sh)")
     first = args[0]
@@ -114,7 +149,8 @@ def resume_command(command: List[str], resume_args: Optional[Sequence[str]], res
 
 def results_dir(out: Path, name: str) -> Path:
     """A new folder ``out/<timestamp>-<name>``, numbered when the name is taken, owned by this process; what
-    killed runs left under ``out`` is cleaned up first (see ``leftovers``)."""
+    killed runs left under ``out`` is cleaned up first (see ``leftovers``). A full disk is an ``OSError`` (ENOSPC)
+    naming the folder, for an inconclusive exit, and leaves neither folder nor lock behind."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -123,11 +159,17 @@ def results_dir(out: Path, name: str) -> Path:
             path = out / (f"{stamp}-{name}" + (f"-{n}" if n else ""))
             try:
                 path.mkdir()
-                leftovers.claim(path)
-                return path.resolve()
             except FileExistsError:
                 continue
+            try:
+                leftovers.claim(path)
+            except BaseException:
+                shutil.rmtree(path, ignore_errors=True)
+                raise
+            return path.resolve()
     except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise OSError(errno.ENOSPC, exc.strerror, str(out / name)) from None
         raise UsageError(f"cannot write results to {out}: {exc.strerror or exc}") from None
     raise UsageError(f"cannot find a free results folder name under {out}")
 

@@ -155,15 +155,38 @@ def _alive(proc: psutil.Process) -> bool:
         return False
 
 
-def kill_tree(root: psutil.Process, mark: str) -> List[int]:
-    """SIGKILL ``root``, its descendants and every process carrying ``mark``; return the pids still alive."""
+def _in_namespace(namespace: Optional[str]) -> List[psutil.Process]:
+    """The processes in the mount namespace ``namespace`` (``mnt:[N]``): a confined job's, however detached."""
+    found = []
+    for pid in psutil.pids() if namespace else ():
+        try:
+            if pid != os.getpid() and os.readlink(f"/proc/{pid}/ns/mnt") == namespace:
+                found.append(psutil.Process(pid))
+        except (OSError, psutil.Error):
+            continue
+    return found
+
+
+def job_namespace(pid: int) -> Optional[str]:
+    """The mount namespace of the job's first process, as the kernel says, once confinement has put it in one of
+    its own (None before that, or unconfined): the job's processes share it whatever else they shed."""
+    try:
+        namespace = os.readlink(f"/proc/{pid}/ns/mnt")
+        return namespace if namespace != os.readlink("/proc/self/ns/mnt") else None
+    except OSError:
+        return None
+
+
+def kill_tree(root: psutil.Process, mark: str, namespace: Optional[str] = None) -> List[int]:
+    """SIGKILL ``root``, its descendants, every process carrying ``mark`` and every process in the job's mount
+    ``namespace`` (a daemon that left the session and cleared its environment); return the pids still alive."""
     procs: Dict[int, psutil.Process] = {}
     for _ in range(2):  # suspend, then rescan for children spawned meanwhile
         try:
             found = [root] + root.children(recursive=True)
         except psutil.NoSuchProcess:
             found = []
-        for proc in found + _marked(mark):
+        for proc in found + _marked(mark) + _in_namespace(namespace):
             if proc.pid not in procs:
                 procs[proc.pid] = proc
                 try:
@@ -267,8 +290,10 @@ def _run(spec: RunSpec) -> RunResult:
     root = psutil.Process(proc.pid)
     timed_out = fault_fired = stopped = False
     survivors: List[int] = []
+    namespace: Optional[str] = None
     try:
         while proc.poll() is None:
+            namespace = namespace or job_namespace(proc.pid)
             if protocol.fault_flags(events_dir):
                 fault_fired = True
                 wait_before_kill(spec, events_dir, started, spec.hold)
@@ -284,7 +309,7 @@ def _run(spec: RunSpec) -> RunResult:
                 spec.watch(events_dir, time.monotonic() - started)
             time.sleep(POLL_S)
     finally:
-        survivors = kill_tree(root, mark)
+        survivors = kill_tree(root, mark, namespace)
         proc.wait()
         out_log.close()
         err_log.close()

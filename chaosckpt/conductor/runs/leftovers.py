@@ -23,6 +23,9 @@ from chaosckpt import protocol
 from chaosckpt.conductor.runs import diskspace, locks
 
 LOCK = ".lock"
+TRASH = ".removing-"
+"""Prefix a sandbox is renamed to, in one atomic step, before it is removed: whatever interrupts the removal,
+what is left is found by this name, lock or no lock, and its removal finished."""
 _held: Dict[Path, int] = {}
 
 
@@ -115,9 +118,55 @@ def _clean(folder: Path) -> Cleaned:
     psutil.wait_procs(procs, timeout=5)
     for box in _sandboxes(folder):
         done.bytes += diskspace.tree_bytes(box)
-        shutil.rmtree(box, ignore_errors=True)
+        discard(box)
         done.sandboxes.append(box)
     return done
+
+
+def discard(*paths: Path) -> None:
+    """Rename each of ``paths`` (a sandbox, then its layers) to :data:`TRASH` + its name, then remove them:
+    restartable, since a removal cut short leaves only trash, or layers without their sandbox, that :func:`sweep`
+    finishes. A folder the rename cannot move (a mount on it) is removed where it is."""
+    doomed = []
+    for path in paths:
+        trash = path.parent / f"{TRASH}{path.name}"
+        try:
+            os.rename(path, trash)
+        except FileNotFoundError:
+            continue
+        except OSError:
+            trash = path
+        doomed.append(trash)
+    for trash in doomed:
+        _remove(trash)
+
+
+def _remove(path: Path) -> None:
+    """``rmtree`` that opens what it cannot enter (overlayfs leaves its work folders mode 000)."""
+    def unlocked(func, name, _exc):
+        try:
+            os.chmod(name, 0o700)
+            shutil.rmtree(name, ignore_errors=True)
+        except OSError:
+            pass
+
+    shutil.rmtree(path, onerror=unlocked)
+
+
+def _trash(folder: Path, depth: int = 3) -> List[Path]:
+    """Sandboxes under ``folder`` whose removal began and was cut short, and overlay layers (``NAME.layers``)
+    whose sandbox is gone."""
+    try:
+        entries = [e for e in os.scandir(folder) if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return []
+    names = {e.name for e in entries}
+    found = [Path(e.path) for e in entries if e.name.startswith(TRASH)
+             or e.name.endswith(".layers") and e.name[:-len(".layers")] not in names]
+    for entry in entries:
+        if depth > 1 and not entry.name.startswith(TRASH):
+            found += _trash(Path(entry.path), depth - 1)
+    return found
 
 
 def report(out: Path) -> List[Cleaned]:
@@ -129,12 +178,17 @@ def report(out: Path) -> List[Cleaned]:
 
 
 def sweep(out: Path) -> List[Cleaned]:
-    """Clean every folder under ``out`` whose run died; folders of live runs are left alone."""
+    """Clean every folder under ``out`` whose run died, and finish every removal of a sandbox that was cut short
+    (found by its name, whether its run's lock is there or not); folders of live runs are left alone."""
     cleaned = []
+    for trash in _trash(Path(out)):
+        done = Cleaned(trash.parent, bytes=diskspace.tree_bytes(trash), sandboxes=[trash])
+        _remove(trash)
+        cleaned.append(done)
     try:
         candidates = sorted(p.parent for p in Path(out).glob(f"*/{LOCK}"))
     except OSError:
-        return []
+        return cleaned
     for folder in candidates:
         folder = folder.resolve()
         if folder in _held:

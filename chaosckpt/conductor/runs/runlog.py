@@ -35,6 +35,11 @@ class Save:
     rng: Dict[str, str] = field(default_factory=dict)
     """Fingerprints of the random streams when the checkpoint's first save call began."""
 
+    def moved_away(self, path: str) -> bool:
+        """Whether the save renamed ``path`` to another name (a temporary file put in place), so that ``path``
+        no longer held its checkpoint once it ended."""
+        return any(m["src"] == path and m.get("ok") and not m.get("copied") and m["dst"] != path for m in self.moves)
+
     def paths(self) -> List[str]:
         """Its files: those its save calls wrote, then those moved or copied in from a file that is none of
         them (a temporary file in ``$TMPDIR`` written from a file object), in order; a move inside a folder it

@@ -134,9 +134,8 @@ def links_out(workdir: Path) -> List[str]:
 
 
 def remove(path: Path) -> None:
-    """Remove a sandbox (or a folder of them) and the overlay layers beside it."""
-    shutil.rmtree(path, ignore_errors=True)
-    confinement.remove(path)
+    """Remove a sandbox (or a folder of them) and the overlay layers beside it, restartably (``leftovers.discard``)."""
+    leftovers.discard(path, confinement.layers(path))
 
 
 def _linked_folders(workdir: Path) -> List[str]:

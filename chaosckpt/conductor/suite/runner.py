@@ -29,8 +29,9 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Set
 
 from chaosckpt.conductor import scenario as scenarios
+from chaosckpt.conductor.errors import UsageError
 from chaosckpt.conductor.results import atomic
-from chaosckpt.conductor.results.plan import Plan, PlannedTrial, stored_trial, trial_dir
+from chaosckpt.conductor.results.plan import Plan, PlannedTrial, load_plan, stored_trial, trial_dir
 from chaosckpt.conductor.runs import cache, horizon, launcher, leftovers, sandbox
 from chaosckpt.conductor.runs.runlog import RunLog
 
@@ -89,7 +90,9 @@ class Suite:
 
     @classmethod
     def open(cls, folder: Path, **kwargs: Any) -> "Suite":
-        data = json.loads((folder / "suite.json").read_text())
+        data = load_plan(folder)
+        if data is None:
+            raise UsageError(f"suite {folder} has no readable suite.json any more; run chaosckpt suite without --resume")
         return cls(folder, Plan.from_dict(data), **kwargs)
 
     def save_plan(self) -> None:

@@ -112,7 +112,7 @@ def save_damage(ctx: Context, run: Faulted, armed: Armed) -> List[Finding]:
                 {"path": path, "bytes": left, "full_bytes": full},
             )
         )
-    earlier = [s for s in run.completed if struck in s.paths()]
+    earlier = [s for s in run.completed if struck in s.paths() and not s.moved_away(struck)]
     if earlier:
         findings.append(
             Finding(
