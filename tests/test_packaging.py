@@ -22,6 +22,8 @@ if sys.version_info >= (3, 11):
 else:
     import tomli as tomllib
 
+pytestmark = pytest.mark.e2e  # builds a venv, an sdist and a wheel, and runs mypy: too slow for the unit tier
+
 SKIPPED = shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", ".mypy_cache",
                                  "chaosckpt-results", ".chaosckpt", "*.pt")
 

@@ -134,8 +134,11 @@ params = { save = 2, fraction = 0.9 }
     deadline = time.monotonic() + 120
     while not list(results.glob("*/trials/first/result.json")) and time.monotonic() < deadline:
         time.sleep(0.1)
-    time.sleep(1.0)  # the second trial's job is running now
-    assert list(results.glob("*/trials/second/faulted/events/*.jsonl")) or list(results.glob("*/trials/second/spec.json"))
+    second_running = []
+    while not second_running and time.monotonic() < deadline:  # interrupt while the second trial's job runs
+        second_running = [pid for trial in results.glob("*/trials/second") for pid in processes_of(trial)]
+        time.sleep(0.05)
+    assert second_running, "the second trial's job never ran"
     os_killpg = __import__("os").killpg
     os_killpg(proc.pid, signal.SIGINT)  # Ctrl-C on a terminal: the whole foreground group
     out, err = proc.communicate(timeout=60)
