@@ -72,3 +72,62 @@ def test_without_a_namespace_the_agent_refuses_and_names_the_path(tmp_path, outs
     assert paths == [str(outside / "real.txt")]
     line = confinement.refusal(paths)
     assert "cannot make a mount namespace" in line and "\n" not in line
+
+
+def as_user(user: str):
+    """The command prefix that runs the confinement helper as ``user``: root as we are, or nobody, which needs an
+    unprivileged user namespace (skipped where this machine has none)."""
+    if user == "root":
+        return []
+    setpriv = shutil.which("setpriv")
+    if os.getuid() != 0 or not setpriv:
+        pytest.skip("running the helper as nobody needs root and setpriv")
+    prefix = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"]
+    if subprocess.run([*prefix, "unshare", "-Urm", "true"], capture_output=True).returncode != 0:
+        pytest.skip("no unprivileged user namespace on this machine")
+    return prefix
+
+
+@needs_namespace
+@pytest.mark.parametrize("user", ["root", "nobody"])
+def test_a_job_that_remounts_or_writes_a_disk_raw_leaves_the_file_outside_as_it_was(user, outside):
+    prefix = as_user(user)
+    base = Path(tempfile.mkdtemp(prefix="chaosckpt-escape-", dir="/var/tmp"))
+    try:
+        box, log = base / "box", base / "log"
+        box.mkdir()
+        log.mkdir()
+        victim = outside / "real.txt"
+        disks = "find /dev -type b | wc -l"
+        script = (f"id -u; {disks}; "
+                  f"mount -o remount,rw /; mount -o remount,rw {outside}; mount -t tmpfs none {outside}; "
+                  f"mknod disk b 8 0; "
+                  f"unshare -Urm sh -c 'mount -o remount,rw {outside}; echo u > {victim}'; "
+                  f"echo x > {victim}; echo done")
+        argv, env = confinement.command(["bash", "-c", script], box, log, [])
+        if prefix:
+            subprocess.run(["chown", "-R", "65534:65534", str(base), str(outside)], check=True)
+            base.chmod(0o755)
+        done = subprocess.run([*prefix, *argv], cwd=box, env={**os.environ, **env}, capture_output=True, text=True,
+                              timeout=60)
+        assert done.stdout.split() == ["0", "0", "done"], done.stdout + done.stderr  # root inside, no disk in /dev
+        assert done.stderr.count("permission denied") == 3 and "mknod: disk: Operation not permitted" in done.stderr
+        assert victim.read_text() == "real\n" and sorted(p.name for p in outside.iterdir()) == ["real.txt"]
+        assert not (box / "disk").exists()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+        shutil.rmtree(confinement.layers(box), ignore_errors=True)
+
+
+@needs_namespace
+def test_the_job_keeps_the_devices_training_uses_and_no_capability_that_undoes_the_mounts(tmp_path):
+    script = ("echo x > /dev/null && head -c 8 /dev/urandom | wc -c && echo s > /dev/shm/s && cat /dev/shm/s && "
+              "ls /dev/fd/ >/dev/null && grep CapBnd /proc/self/status && grep NoNewPrivs /proc/self/status")
+    box, done = run_confined(tmp_path, script)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.split("\n")
+    assert lines[:2] == ["8", "s"]
+    bounding = int(lines[2].split()[1], 16)
+    assert bounding & (1 << 21) == 0 and bounding & (1 << 27) == 0  # cap_sys_admin, cap_mknod
+    assert bounding & (1 << 1)  # cap_dac_override: a root job still reads and writes its own files as before
+    assert lines[3].split() == ["NoNewPrivs:", "1"]

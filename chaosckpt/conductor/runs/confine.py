@@ -4,6 +4,8 @@ Run as ``python -I -S confine.py SPEC.json -- COMMAND...`` (standard library onl
 so it starts in a few milliseconds without chaosckpt on the path). In the new
 namespace every mount is read-only except:
 
+- ``/dev``, a small file system of its own holding only the devices a training job
+  uses (``null``, ``zero``, ``random``, terminals, GPUs): no disk a root job could write raw;
 - the ``writable`` folders (the run's sandbox and its events folder), bound onto themselves;
 - ``/tmp`` and ``/dev/shm``, bound to folders of the sandbox's layers;
 - large ``inputs`` of the working directory, bound read-only over their empty stand-ins in the sandbox;
@@ -12,14 +14,20 @@ namespace every mount is read-only except:
   the real folder is never modified.
 
 A write anywhere else fails with EROFS. As root a mount namespace is enough; any
-other user gets an unprivileged user namespace mapping it to root. The helper then
-``exec``s the command, so the job keeps its pid, environment and process group.
+other user gets an unprivileged user namespace mapping it to root. Before the job
+starts, the helper drops every capability that could undo the mounts or reach past
+them (mount, remount, device nodes, raw I/O, tracing other processes) from all its
+sets and from the bounding set, and sets no-new-privileges, so neither the job nor a
+set-user-ID program it runs can get them back; a user namespace the job makes of its
+own gets copies of these mounts that the kernel locks. The helper then ``exec``s the
+command, so the job keeps its pid, environment and process group.
 Exit status 125 with one line on stderr means the namespace could not be made.
 """
 
 from __future__ import annotations
 
 import ctypes
+import fnmatch
 import json
 import os
 import sys
@@ -34,12 +42,24 @@ MS_REMOUNT = 32
 MS_BIND = 4096
 MS_REC = 16384
 MS_PRIVATE = 1 << 18
+PR_CAPBSET_DROP = 24
+PR_SET_NO_NEW_PRIVS = 38
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+LINUX_CAPABILITY_VERSION_3 = 0x20080522
+KEPT_CAPABILITIES = frozenset({0, 1, 2, 3, 4, 5, 6, 7, 10, 14, 23, 24, 29})
+"""What a root job keeps: file ownership and permission overrides (0-4), kill (5), set user and group ids (6, 7),
+low ports (10), memory locking (14), nice and resource limits (23, 24), audit writes (29). Everything else goes:
+above all sys_admin (21: mount, remount), mknod (27), sys_rawio (17), sys_ptrace (19), sys_chroot (18)."""
 UNCONFINED = 125
 """Exit status of the helper when it cannot build the namespace; nothing of the job ran."""
 FAILED = "chaosckpt: cannot confine the job to its sandbox: "
 """Starts the helper's one line when it exits ``UNCONFINED``."""
 VIRTUAL = ("/proc", "/sys", "/dev")
-"""Kernel file systems left as they are: they hold no user files (``/dev/shm`` is replaced)."""
+"""Kernel file systems left as they are: they hold no user files (``/dev`` is replaced by ``private_dev``)."""
+DEVICES = ("null", "zero", "full", "random", "urandom", "tty", "ptmx", "pts", "nvidia*", "dri", "kfd", "infiniband")
+"""The entries of the host's ``/dev`` a job's ``/dev`` carries: no block devices, no raw disk or memory access."""
+DEV_LINKS = {"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2"}
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -97,6 +117,27 @@ def _bind(source: str, target: str, writable: bool) -> None:
         _mount("none", target, "", MS_REMOUNT | MS_BIND)
 
 
+def private_dev() -> None:
+    """Cover ``/dev`` with a read-only file system holding the ``DEVICES`` bound from the host, the usual links and
+    an empty ``shm`` to overlay: a root job may open any device node it sees, a disk included."""
+    host = os.open("/dev", os.O_PATH | os.O_DIRECTORY)
+    names = sorted(n for n in os.listdir("/dev") if any(fnmatch.fnmatch(n, p) for p in DEVICES))
+    _mount("tmpfs", "/dev", "tmpfs", MS_NOSUID, "mode=755")
+    for name in names:
+        source, target = f"{_held(host)}/{name}", f"/dev/{name}"
+        if os.path.isdir(source):
+            os.mkdir(target)
+        else:
+            os.close(os.open(target, os.O_CREAT | os.O_WRONLY, 0o600))
+        _mount(source, target, "", MS_BIND | MS_REC)
+    for name, to in DEV_LINKS.items():
+        os.symlink(to, f"/dev/{name}")
+    os.mkdir("/dev/shm")
+    os.chmod("/dev/shm", 0o1777)
+    os.close(host)
+    _mount("none", "/dev", "", MS_REMOUNT | MS_RDONLY | MS_NOSUID)
+
+
 def _held(fd: int) -> str:
     """A path naming what ``fd`` was opened on, even once other mounts hide its name."""
     return f"/proc/self/fd/{fd}"
@@ -117,6 +158,7 @@ def confine(spec: Dict) -> None:
         held[path] = os.open(path, os.O_PATH | os.O_DIRECTORY)
     for point in points:
         _read_only(point)
+    private_dev()
     layers = []
     for layer in spec["maps"]:
         fds = [os.open(layer[k], os.O_PATH | os.O_DIRECTORY) for k in ("upper", "work")]
@@ -134,6 +176,24 @@ def confine(spec: Dict) -> None:
         _read_only(item["target"])
 
 
+def drop_capabilities() -> None:
+    """Drop every capability outside ``KEPT_CAPABILITIES`` from the bounding, ambient, effective, permitted and
+    inheritable sets, then forbid gaining privileges across ``exec``."""
+    with open("/proc/sys/kernel/cap_last_cap") as f:
+        last = int(f.read())
+    for cap in range(last + 1):
+        if cap not in KEPT_CAPABILITIES:
+            _check(_libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), f"drop capability {cap}")
+    _check(_libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clear ambient capabilities")
+    header = (ctypes.c_uint32 * 2)(LINUX_CAPABILITY_VERSION_3, 0)
+    data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable: the low words, then the high words
+    _check(_libc.capget(header, data), "capget")
+    kept = sum(1 << cap for cap in KEPT_CAPABILITIES) & data[1]  # only what is held now can be kept
+    data[:] = [kept, kept, 0, 0, 0, 0]
+    _check(_libc.capset(header, data), "capset")
+    _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no new privileges")
+
+
 def main(argv: List[str]) -> None:
     if len(argv) < 4 or argv[2] != "--":
         sys.stderr.write("usage: confine.py SPEC.json -- COMMAND...\n")
@@ -142,6 +202,7 @@ def main(argv: List[str]) -> None:
         spec = json.load(f)
     try:
         confine(spec)
+        drop_capabilities()
     except OSError as exc:
         sys.stderr.write(f"{FAILED}{exc.strerror or exc}; map another folder or leave it out (--map, links out of the working "
                          "directory)\n")
