@@ -158,7 +158,7 @@ params = { save = 2, fraction = 0.9 }
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert f"resuming suite {folder}: 1 of 2 trials already done" in resumed.stderr
     assert (first.stat().st_ino, first.stat().st_mtime_ns, first.read_text()) == before
-    assert [line.split(":")[0] for line in resumed.stderr.splitlines() if line.startswith("[")] == ["[2/2] PASSED second"]
+    assert [line.split(":")[0] for line in resumed.stdout.splitlines() if line.startswith("[")] == ["[2/2] PASSED second"]
     assert json.loads((folder / "suite.json").read_text())["state"] == "finished"
     assert len(json.loads((folder / "result.json").read_text())["trials"]) == 2
     again = run_chaosckpt(["suite", "--resume"], cwd=project)
