@@ -8,7 +8,7 @@ import os
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 from chaosckpt.conductor.errors import UsageError, shown
 from chaosckpt.conductor.results import atomic, timestamps
@@ -115,7 +115,7 @@ class StoredTrial:
                 for r in self.trial.runs] if self.trial else []
 
 
-def _found(point: Dict[str, Any], tried: set) -> str:
+def _found(point: Mapping[str, Any], tried: set) -> str:
     """What a restarted job made of a crash point: its resume's outcome; else, for a sweep that classed its
     states, whether a state of its class was resumed (results from before classes: a load check only)."""
     if point.get("outcome"):
