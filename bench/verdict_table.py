@@ -5,6 +5,9 @@
     python bench/verdict_table.py --markdown table.md   # also write the Markdown table to a file
     python bench/verdict_table.py --frameworks          # the framework table: HF Trainer, Accelerate, DCP
 
+The sweep rows (``SWEEP_ROWS``, run with ``--sweep``, shown as ``power-loss (sweep)``) judge a job at every crash
+point of its save; ``--only sweep`` runs just them.
+
 Each row runs the real ``chaosckpt run`` on a copy of the job in a scratch folder. The expected
 verdict and cause are what the job really does under the fault, established by reading the job
 (and, for the Lightning jobs, by hand from Lightning's own log lines). The cause is the trial's
@@ -56,6 +59,12 @@ JOBS = {
     "place_job": Job("tests/jobs/place_job.py", "tests/jobs/place_job.py", ()),
     "writers_job": Job("tests/jobs/writers_job.py", "tests/jobs/writers_job.py", ()),
 }
+
+SWEEP_JOBS = {
+    "sweep_unlink_job": Job("tests/jobs/sweep_unlink_job.py", "tests/jobs/sweep_unlink_job.py", ("--epochs", "3")),
+}
+"""Jobs judged by the sweep alone: their defect is one crash window inside the save, which a fault placed once
+(after the save returns, or halfway through its writes) never lands in."""
 
 FRAMEWORK_JOBS = {
     "hf_trainer": Job("tests/jobs/hf_trainer_job.py", "tests/jobs/hf_trainer_job.py", ()),
@@ -132,6 +141,15 @@ ROWS: List[Tuple[str, str, str, str, str]] = [
     ("writers_job", "rank-epoch-skew", "FAILED", "crashed, torn-checkpoint", SINGLE),
 ]
 
+SWEEP_ROWS: List[Tuple[str, str, str, str, str]] = [
+    ("sweep_unlink_job", "power-loss", "FAILED", "scratch (step 0) after unlink ckpt/last.pt",
+     "unlinks last.pt before renaming tmp.pt over it: a crash in between leaves only tmp.pt, and the resume, which "
+     "looks for last.pt alone, trains from scratch (sweep_unlink_job.truth.md)"),
+    ("train_job", "power-loss", "PASSED", "last-good in every class",
+     "temporary file, fsync, rename, directory fsync: every crash point leaves a last.pt that loads"),
+]
+"""Rows run with ``--sweep``: every crash point of the save, one resume per class of crash state."""
+
 FRAMEWORK_ROWS: List[Tuple[str, str, str, str, str]] = [
     ("hf_trainer", "kill9-mid-save", "FAILED", "crashed, resume-chose-incomplete",
      "resume_from_checkpoint=True takes checkpoint-8, left without trainer_state.json, over complete checkpoint-4"),
@@ -161,6 +179,8 @@ def cause(trial: Dict) -> str:
     """What decided the verdict: the outcome, and for a failure the first finding that explains it."""
     if trial["status"] == "inconclusive":
         return f"inconclusive: {trial.get('reason')}"
+    if trial.get("sweep") is not None:
+        return sweep_cause(trial)
     outcome = trial.get("outcome") or "none"
     if trial["status"] == "passed":
         return outcome
@@ -169,8 +189,17 @@ def cause(trial: Dict) -> str:
     return f"{outcome}, {why}" if why else outcome
 
 
-def run_row(job: Job, scenario: str, scratch: Path) -> Tuple[str, str, str]:
-    """Run one trial; (verdict, cause, headline)."""
+def sweep_cause(trial: Dict) -> str:
+    """What decided a sweep: the first resumed crash point that did not resume as last-good, and after which
+    operation; else that every class resumed as last-good."""
+    bad = next((p for p in trial["sweep"] if p.get("outcome") and not p["outcome"].startswith("last-good")), None)
+    if bad is not None:
+        return f"{bad['outcome'].split(':')[0]} after {bad['operation']}"
+    return "last-good in every class" if trial["status"] == "passed" else "a crash state holds no loadable file"
+
+
+def run_row(job: Job, scenario: str, scratch: Path, sweep: bool = False) -> Tuple[str, str, str]:
+    """Run one trial (``sweep``: with ``--sweep``); (verdict, cause, headline)."""
     folder = scratch / "project"
     shutil.rmtree(scratch, ignore_errors=True)
     folder.mkdir(parents=True)
@@ -179,6 +208,8 @@ def run_row(job: Job, scenario: str, scratch: Path) -> Tuple[str, str, str]:
             str(scratch / "results"), "--timeout", "300"]
     if job.nproc > 1:
         argv += ["--nproc", str(job.nproc)]
+    if sweep:
+        argv.append("--sweep")
     argv += ["--", *job.args]
     proc = subprocess.run(argv, cwd=folder, capture_output=True, text=True, timeout=1200)
     try:
@@ -202,22 +233,28 @@ def markdown(results: List[Dict]) -> List[str]:
     return lines
 
 
+def shown(scenario: str, sweep: bool) -> str:
+    return f"{scenario} (sweep)" if sweep else scenario
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="", help="run only rows whose job or scenario contains this text")
     parser.add_argument("--markdown", type=Path, help="also write the Markdown table to this file")
     parser.add_argument("--frameworks", action="store_true", help="the framework table (Trainer, Accelerate, DCP)")
     args = parser.parse_args(argv)
-    jobs = FRAMEWORK_JOBS if args.frameworks else JOBS
-    rows = [r for r in (FRAMEWORK_ROWS if args.frameworks else ROWS)
-            if args.only in r[0] or args.only in r[1] or args.only in jobs[r[0]].path]
+    jobs = FRAMEWORK_JOBS if args.frameworks else {**JOBS, **SWEEP_JOBS}
+    table = [(*r, False) for r in FRAMEWORK_ROWS] if args.frameworks else [
+        *[(*r, False) for r in ROWS], *[(*r, True) for r in SWEEP_ROWS]]
+    rows = [r for r in table if args.only in r[0] or args.only in shown(r[1], r[5]) or args.only in jobs[r[0]].path]
     results = []
     with tempfile.TemporaryDirectory(prefix="verdict-table-") as tmp:
-        for index, (key, scenario, expected, expected_cause, why) in enumerate(rows):
+        for index, (key, scenario, expected, expected_cause, why, sweep) in enumerate(rows):
             job = jobs[key]
             started = time.monotonic()
-            got, got_cause, headline = run_row(job, scenario, Path(tmp) / str(index))
+            got, got_cause, headline = run_row(job, scenario, Path(tmp) / str(index), sweep)
             right = got == expected and got_cause == expected_cause
+            scenario = shown(scenario, sweep)
             results.append({"job": job.name, "scenario": scenario, "expected": expected,
                             "expected_cause": expected_cause, "got": got, "got_cause": got_cause, "right": right,
                             "why": why, "headline": headline})

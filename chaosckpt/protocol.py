@@ -296,6 +296,7 @@ FindingKind = Literal[
     "sampler-overlap",
     "step-count-differs",
     "sweep",
+    "sweep-untried",
     "torn-checkpoint",
 ]
 """Every kind of finding a trial reports."""
@@ -305,6 +306,8 @@ FINDING_KINDS = get_args(FindingKind)
 _ERRORS: tuple[FindingKind, ...] = ("acknowledged-checkpoint-lost", "no-loadable-checkpoint", "ranks-disagree", "resume-exited",
            "resume-hung")
 _NOTES: tuple[FindingKind, ...] = ("crash-at-exit", "not-interposed", "sweep")
+# ``sweep-untried`` (classes of crash state a sweep never resumed) is a warning: no defect of the job, but what was
+# not tried could still fail it, so the verdict leaves a trial that would pass inconclusive (``verdict.UNSETTLING``).
 SEVERITY: Dict[str, Severity] = {
     kind: "error" if kind in _ERRORS else "note" if kind in _NOTES else "warning" for kind in FINDING_KINDS
 }

@@ -180,3 +180,31 @@ def test_a_symbolic_link_is_a_name_that_survives_as_names_do_and_is_rebuilt_as_a
     crash.materialize(disk.after_crash("ordered"), [ROOT])
     assert os.readlink(f"{ROOT}/last.ckpt") == "epoch=2.ckpt" and os.path.getsize(f"{ROOT}/epoch=2.ckpt") == 0
     assert crash.Disk.from_dict(disk.to_dict()).inodes[(1, 8)].link == "epoch=2.ckpt"
+
+
+def test_strict_names_every_sync_a_checkpoint_lacked(fs):
+    """Issue 19: a job that never fsyncs lacked the data's fsync, its folder's after the rename, and the parent's
+    of the folder it made; all three are named, not only the first."""
+    fs.create_dir(ROOT)
+    disk = crash.Disk.scan([ROOT])
+    new = f"{ROOT}/step-2"
+    fs.create_file(f"{new}/model.pt", contents=b"WEIGHTS")
+    for op in ({"op": "mkdir", "path": new},
+               {"op": "open", "path": f"{new}/model.pt.tmp", "ino": ino(9), "created": True, "trunc": True, "size": 0},
+               {"op": "write", "ino": ino(9), "off": 0, "len": 7},
+               {"op": "rename", "src": f"{new}/model.pt.tmp", "dst": f"{new}/model.pt", "ino": ino(9)}):
+        disk.apply(op)
+    name = lambda p: os.path.relpath(p, "/w")  # noqa: E731
+    assert crash.missing_durability(disk, f"{new}/model.pt", "strict", name) == (
+        "its data was not fsynced (0 of 7 bytes durable); "
+        "its name was not made durable: no fsync of ckpt/step-2/ after it was created or renamed; "
+        "the folder ckpt/step-2/ it is in was made, but no fsync of ckpt/ followed")
+    assert crash.missing_durability(disk, f"{new}/model.pt", "ordered", name) == (
+        "its data was not fsynced (0 of 7 bytes durable)")  # names survive in order: only the data is lost
+    for op in ({"op": "fsync", "ino": ino(9), "size": 7}, {"op": "dirsync", "path": new}):
+        disk.apply(op)
+    assert crash.missing_durability(disk, f"{new}/model.pt", "strict", name) == (
+        "the folder ckpt/step-2/ it is in was made, but no fsync of ckpt/ followed")
+    disk.apply({"op": "dirsync", "path": ROOT})
+    assert crash.missing_durability(disk, f"{new}/model.pt", "strict", name) is None
+    assert [os.path.basename(e.path) for e in disk.after_crash("strict")] == ["model.pt"]

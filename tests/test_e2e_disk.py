@@ -158,6 +158,49 @@ def test_sweep_of_a_durable_atomic_save_passes_at_every_crash_point(project, tmp
     for point in t["sweep"]:
         assert any(f["path"] == "ckpt/last.pt" and f["loads"] for f in point["files"]), point
         assert point["outcome"] is None or point["outcome"].startswith("last-good")
+    every_class_tried(t)
+
+
+def every_class_tried(t):
+    """A sweep that resumed one state of every class of crash state, and said so."""
+    (summary,) = [f for f in t["findings"] if f["kind"] == "sweep"]
+    assert summary["resumed_classes"] == summary["classes"] >= 1 and "sweep-untried" not in kinds(t)
+    tried = {p["state_class"] for p in t["sweep"] if p["resumed"]}
+    assert tried == {p["state_class"] for p in t["sweep"]}
+    return summary
+
+
+UNLINK_JOB = Path(__file__).resolve().parent / "jobs" / "sweep_unlink_job.py"
+
+
+def test_sweep_resumes_the_state_an_unlink_before_the_rename_leaves_and_fails(tmp_path):
+    """Issue 19: unlinking last.pt before renaming tmp.pt over it leaves a crash state with only tmp.pt, from
+    which the job trains from scratch; the sweep passed because it resumed only the first 3 of 7 states."""
+    project = project_with(tmp_path, UNLINK_JOB)
+    rc, t = trial(project, tmp_path, "power-loss", "--sweep", "--", "--epochs", "3")
+    assert rc == 1 and t["status"] == "failed", t["headline"]
+    summary = every_class_tried(t)
+    (only_tmp,) = [p for p in t["sweep"] if p["operation"] == "unlink ckpt/last.pt"]
+    assert [f["path"] for f in only_tmp["files"]] == ["ckpt/tmp.pt"] and only_tmp["files"][0]["loads"] is True
+    assert only_tmp["resumed"] and only_tmp["outcome"] == "scratch (step 0)"
+    assert t["headline"].startswith(f"FAILED power-loss sweep: a crash after op {only_tmp['op']} (unlink ckpt/last.pt) "
+                                    "resumes as scratch (step 0)")
+    assert summary["states"] > summary["classes"]  # the partly written tmp.pt states share a class
+
+
+def test_a_capped_sweep_that_left_classes_untried_is_inconclusive_not_passed(tmp_path):
+    project = project_with(tmp_path, UNLINK_JOB)
+    res = run_chaosckpt(["run", "train.py", "-s", "power-loss", "--sweep", "--max-resumes", "1", "--json", "--out",
+                         str(tmp_path / "r"), "--", "--epochs", "3"], cwd=project)
+    t = res.trial
+    assert res.returncode == 4 and t["status"] == "inconclusive" and t["reason"] == "sweep-untried", t["headline"]
+    (untried,) = [f for f in t["findings"] if f["kind"] == "sweep-untried"]
+    (only_tmp,) = [p for p in t["sweep"] if p["operation"] == "unlink ckpt/last.pt"]
+    assert only_tmp["state_class"] in untried["classes"] and only_tmp["op"] in untried["ops"]
+    assert not only_tmp["resumed"] and only_tmp["outcome"] is None
+    assert [p["resumed"] for p in t["sweep"]].count(True) == 1 and untried["max_resumes"] == 1
+    assert t["headline"].startswith("INCONCLUSIVE power-loss: not every class of crash state was resumed: ")
+    assert "(unlink ckpt/last.pt)" in t["headline"] and "raise --max-resumes to" in t["headline"]
 
 
 JOURNALED = """
@@ -196,9 +239,9 @@ def test_tempfile_move_and_rmtree_are_journaled(tmp_path):
 def test_sweep_of_the_bundled_robust_example_passes(tmp_path):
     """Regression: its checkpoint holds numpy and Python RNG states, which weights_only=True refuses to load."""
     project = project_with(tmp_path, Path(__file__).resolve().parent.parent / "examples" / "robust_train.py")
-    rc, t = trial(project, tmp_path, "kill9-mid-save", "--sweep", "--max-resumes", "1", "--", "--epochs", "3")
+    rc, t = trial(project, tmp_path, "kill9-mid-save", "--sweep", "--", "--epochs", "3")
     assert rc == 0, t["headline"]
-    (summary,) = [f for f in t["findings"] if f["kind"] == "sweep"]
+    summary = every_class_tried(t)
     assert summary["unloadable_states"] == []
     for point in t["sweep"]:
         (last,) = [f for f in point["files"] if f["path"] == "ckpt/last.pt"]

@@ -106,6 +106,11 @@ def test_a_finding_takes_its_kind_s_severity():
     (True, ["resume-exited", "ranks-disagree"], ["resume-exited"], "failed"),
     (False, [], [], "failed"),
     (False, ["rng-not-restored"], ["rng-not-restored"], "failed"),
+    # a sweep that left classes of crash state untried: never passed, whatever capped it; a failure still fails
+    (True, ["sweep", "sweep-untried"], [], "inconclusive"),
+    (False, ["sweep-untried"], [], "failed"),
+    (True, ["sweep-untried", "acknowledged-checkpoint-lost"], [], "failed"),
+    (True, ["sweep-untried"], ["sweep-untried"], "passed"),
 ])
 def test_status_is_decided_from_what_was_measured_and_the_error_findings(met, kinds, ignored, expected):
     findings = verdict.settle([Finding(k, k) for k in kinds], ignored, reproduced=None)

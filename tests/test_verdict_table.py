@@ -18,7 +18,7 @@ def test_every_example_and_test_job_meets_every_scenario_once():
     jobs = {str(p.relative_to(REPO)) for p in [*(REPO / "examples").glob("*.py"), *(REPO / "tests" / "jobs").glob("*.py")]}
     assert set(table.SCENARIOS) | set(table.NODE_SCENARIOS) == scenarios
     scenarios -= set(table.NODE_SCENARIOS)
-    assert {j.path for j in [*table.JOBS.values(), *table.FRAMEWORK_JOBS.values()]} == jobs
+    assert {j.path for j in [*table.JOBS.values(), *table.FRAMEWORK_JOBS.values(), *table.SWEEP_JOBS.values()]} == jobs
     pairs = [(job, scenario) for job, scenario, *_ in table.ROWS]
     assert sorted(pairs) == sorted((job, s) for job in table.JOBS for s in scenarios)
     assert {expected for _, _, expected, _, _ in table.ROWS} <= {"PASSED", "FAILED"}
@@ -39,3 +39,23 @@ def test_the_cause_is_the_outcome_and_the_first_explaining_finding():
     stopped = {"status": "inconclusive", "reason": "timeout", "findings": []}
     assert [table.cause(t) for t in (passed, torn, scratch, stopped)] == [
         "last-good", "crashed, torn-checkpoint", "scratch", "inconclusive: timeout"]
+
+
+def test_every_sweep_job_has_a_sweep_row_beside_a_robust_job_s():
+    from chaosckpt.conductor import scenario as scenarios
+
+    rows = {(job, expected) for job, _, expected, _, _ in table.SWEEP_ROWS}
+    assert {job for job, _ in rows} - set(table.JOBS) == set(table.SWEEP_JOBS)
+    assert any(job in table.JOBS and expected == "PASSED" for job, expected in rows)
+    assert all(scenarios.load(scenario).kind.sweepable for _, scenario, *_ in table.SWEEP_ROWS)
+
+
+def test_a_sweep_s_cause_is_the_first_crash_point_that_did_not_resume_as_last_good():
+    points = [{"operation": "fsync ckpt/tmp.pt", "outcome": "last-good (step 4)"},
+              {"operation": "write 1024 B to ckpt/tmp.pt", "outcome": None},
+              {"operation": "unlink ckpt/last.pt", "outcome": "crashed: unreadable: EOFError"}]
+    failed = {"status": "failed", "sweep": points, "findings": []}
+    passed = {"status": "passed", "sweep": points[:2], "findings": []}
+    unloadable = {"status": "failed", "sweep": points[:2], "findings": []}
+    assert [table.cause(t) for t in (failed, passed, unloadable)] == [
+        "crashed after unlink ckpt/last.pt", "last-good in every class", "a crash state holds no loadable file"]

@@ -67,7 +67,7 @@ class SuiteConfig:
     """Kills, power losses and sweeps of the same save share one journaled faulted run (``trial.shared``); false
     runs each alone."""
     keep_sandbox: bool = False
-    max_resumes: int = 3
+    max_resumes: int = 8
     ckpt_dirs: Tuple[str, ...] = ()
     """Checkpoint directories (``--ckpt-dir``), relative to ``workdir``."""
     ignore: Tuple[str, ...] = ()

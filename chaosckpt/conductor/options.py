@@ -119,8 +119,8 @@ OPTIONS: Tuple[Option, ...] = (
            "those the job saved into.", ("--ckpt-dir",), {"multiple": True, "metavar": "DIR"}, fields=("ckpt_dirs",)),
     Option("keep_sandbox", FLAG, "Keep the sandbox copies (with the faulted checkpoints) in the results.",
            ("--keep-sandbox",), {"is_flag": True, "default": None}, fields=("keep_sandbox",)),
-    Option("max_resumes", whole(0), "With --sweep: run full resumes for at most N distinct disk states (the rest get "
-           "a load check; default 3).", ("--max-resumes",), {"type": click.IntRange(0), "metavar": "N"},
+    Option("max_resumes", whole(0), "With --sweep: run full resumes for at most N classes of crash state (states a "
+           "restarted job cannot tell apart; default 8); a class left untried makes a passing sweep inconclusive.", ("--max-resumes",), {"type": click.IntRange(0), "metavar": "N"},
            fields=("max_resumes",)),
     Option("ignore", _must("a list of finding kinds", type="array", items={"type": "string"}),
            "List findings of this kind as ignored and count none toward the verdict (repeatable), "

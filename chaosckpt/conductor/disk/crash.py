@@ -149,7 +149,7 @@ class Disk:
         elif kind == "rmdir":
             self.dirs.discard(op["path"])
 
-    def _under_roots(self, path: str) -> bool:
+    def under_roots(self, path: str) -> bool:
         return any(path == r or path.startswith(r + os.sep) for r in self.roots)
 
     def after_crash(self, model: Model, final: Optional["Disk"] = None) -> List[Entry]:
@@ -162,7 +162,7 @@ class Disk:
             names = dict(self.names)
         entries = []
         for path, key in sorted(names.items()):
-            if not self._under_roots(path):
+            if not self.under_roots(path):
                 continue
             inode = self.inodes[key]
             if inode.link is not None:  # a name: it survives as the names do
@@ -272,8 +272,8 @@ def materialize(entries: List[Entry], roots: Iterable[str], target_of=lambda p: 
 
 
 def missing_durability(disk: Disk, path: str, model: Model, name=lambda p: p) -> Optional[str]:
-    """Why ``path``, as the job left it, does not survive the crash whole: the fsync it lacked
-    (``name`` shows a path to the user)."""
+    """Why ``path``, as the job left it, does not survive the crash whole: every fsync it lacked, in one
+    sentence (``name`` shows a path to the user); None when it survives."""
     key = disk.names.get(path)
     if key is None:
         return None
@@ -285,14 +285,29 @@ def missing_durability(disk: Disk, path: str, model: Model, name=lambda p: p) ->
             return None
         why = missing_durability(disk, target, model, name)
         return None if why is None else f"it links to {name(target)}, and {why}"
+    missing = []
     if inode.durable is None or inode.durable != (inode.version, inode.size):
         durable = 0 if inode.durable is None or inode.durable[0] != inode.version else inode.durable[1]
-        return f"its data was not fsynced ({durable} of {inode.size} bytes durable)"
+        missing.append(f"its data was not fsynced ({durable} of {inode.size} bytes durable)")
     if model == "strict":
-        directory = os.path.dirname(path)
-        if disk.durable_names.get(directory, {}).get(path) != key:
-            return f"its name was not made durable: no fsync of {name(directory)}/ after it was created or renamed"
-    return None
+        missing += _missing_names(disk, path, key, name)
+    return "; ".join(missing) or None
+
+
+def _missing_names(disk: Disk, path: str, key: Ino, name) -> List[str]:
+    """Under the strict model, the directory fsyncs ``path``'s name lacks: its own folder's after it was created
+    or renamed, and the parent's of each folder above it that the job made and never made durable."""
+    missing = []
+    directory = os.path.dirname(path)
+    if disk.durable_names.get(directory, {}).get(path) != key:
+        missing.append(f"its name was not made durable: no fsync of {name(directory)}/ after it was created or renamed")
+    while directory not in disk.roots and disk.under_roots(directory):
+        parent = os.path.dirname(directory)
+        if disk.durable_names.get(parent, {}).get(directory) != "dir":
+            missing.append(f"the folder {name(directory)}/ it is in was made, but no fsync of {name(parent)}/ "
+                           "followed")
+        directory = parent
+    return missing
 
 
 def unseen(disk: Disk) -> List[str]:

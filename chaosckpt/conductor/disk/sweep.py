@@ -3,7 +3,9 @@
 Crash points are evaluated without rerunning the job: the journal of one faulted
 run is replayed up to each point, the crash model gives the disk state, states
 that are the same are grouped, and each distinct state's files get a load check.
-Full resumes are run for the first few distinct states only (``--max-resumes``).
+States a restarted job cannot tell apart (the same names, each loading or not, at
+the same step) form a class; one state of each class gets a full resume, up to
+``--max-resumes`` classes, and a class left untried keeps the sweep from passing.
 """
 
 from __future__ import annotations
@@ -28,10 +30,16 @@ class CrashPoint:
     state: int
     files: List[Dict]
     outcome: Optional[str] = None
+    state_class: Optional[int] = None
+    resumed: bool = False
+    """A full resume ran on this point's disk state (one state of its class)."""
 
     def to_dict(self) -> CrashPointRecord:
-        return CrashPointRecord(op=self.op, operation=self.operation, state=self.state, files=self.files,
-                                outcome=self.outcome)
+        record = CrashPointRecord(op=self.op, operation=self.operation, state=self.state, files=self.files,
+                                  outcome=self.outcome, resumed=self.resumed)
+        if self.state_class is not None:
+            record["state_class"] = self.state_class
+        return record
 
 
 def describe(op: Optional[dict], name: Callable[[str], str]) -> str:
@@ -54,6 +62,12 @@ class Sweep:
 
     points: List[CrashPoint] = field(default_factory=list)
     states: List[List[crash.Entry]] = field(default_factory=list)
+    whole: List[Dict[str, bool]] = field(default_factory=list)
+    """Per state, per path: whether the file holds all the data its version ends with."""
+    classes: List[int] = field(default_factory=list)
+    """Per state, its class (``classify``)."""
+    representatives: List[int] = field(default_factory=list)
+    """Per class, the first state in it: the one a resume is run on."""
 
 
 def explore(initial: crash.Disk, ops: List[dict], first: int, model: crash.Model,
@@ -77,6 +91,7 @@ def explore(initial: crash.Disk, ops: List[dict], first: int, model: crash.Model
         if key not in keys:
             keys[key] = len(sweep.states)
             sweep.states.append(entries)
+            sweep.whole.append({e.path: _whole(e, final) for e in entries})
         sweep.points.append(CrashPoint(
             op=op["n"] if op else first - 1,
             operation=describe(op, name),
@@ -86,7 +101,12 @@ def explore(initial: crash.Disk, ops: List[dict], first: int, model: crash.Model
     return sweep
 
 
-def check_states(sweep: Sweep, roots: List[str], scratch: Path, checker: LoadChecker) -> List[Dict[str, Dict]]:
+def _whole(entry: crash.Entry, final: crash.Disk) -> bool:
+    inode = final.inodes.get(entry.ino) if entry.ino is not None else None
+    return inode is not None and entry.version == inode.version and entry.length == inode.size
+
+
+def check_states(sweep: Sweep, roots: List[str], scratch: Path, checker: LoadChecker) -> List[Dict[str, Optional[Dict]]]:
     """Materialize every distinct state under ``scratch`` and load-check its files; per state, name -> result."""
     results = []
     for index, entries in enumerate(sweep.states):
@@ -113,13 +133,56 @@ def check_states(sweep: Sweep, roots: List[str], scratch: Path, checker: LoadChe
     return results
 
 
+def classify(sweep: Sweep, results: List[Dict[str, Optional[Dict]]]) -> None:
+    """Group the states (load-checked: ``results``) into classes a restarted job cannot tell apart, in the order
+    they first appear; each point gets its state's class."""
+    keys: Dict[Tuple, int] = {}
+    sweep.classes, sweep.representatives = [], []
+    for index, entries in enumerate(sweep.states):
+        key = tuple(seen(e, results[index].get(e.path), sweep.whole[index].get(e.path, False)) for e in entries)
+        if key not in keys:
+            keys[key] = len(sweep.representatives)
+            sweep.representatives.append(index)
+        sweep.classes.append(keys[key])
+    for point in sweep.points:
+        point.state_class = sweep.classes[point.state]
+
+
+def seen(entry: crash.Entry, check: Optional[Dict], whole: bool) -> Tuple:
+    """What a restarted job can tell of one file: a link's target; a checkpoint that loads, at its step (by its
+    data when it names none); one that does not; an empty file; another file, whole or partial, by its data."""
+    if entry.link is not None:
+        return (entry.path, "link", entry.link)
+    if check is not None and check["ok"]:
+        progress = tuple(sorted((check.get("progress") or {}).items()))
+        return (entry.path, "loads", progress or (entry.ino, entry.version, entry.length))
+    if entry.length == 0:
+        return (entry.path, "empty")
+    if check is not None:
+        return (entry.path, "unreadable")
+    return (entry.path, "whole" if whole else "partial", entry.ino, entry.version)
+
+
+def untried(points: List[CrashPoint]) -> List[int]:
+    """The classes no point of which was resumed."""
+    tried = {p.state_class for p in points if p.resumed}
+    return sorted({p.state_class for p in points if p.state_class is not None} - tried)
+
+
 def table(points: List[CrashPoint]) -> List[str]:
-    """The sweep as text lines: operation, what is on disk, outcome."""
+    """The sweep as text lines: operation, what is on disk, its class, outcome."""
     lines = []
+    left = set(untried(points))
     for p in points:
         disk = ", ".join(
             f"{f['path']} {f['bytes']} B" + ("" if "loads" not in f else (" loads" if f["loads"] else " unreadable"))
             for f in p.files
         ) or "nothing"
-        lines.append(f"  op {p.op:>4}  {p.operation:<48} | {disk}" + (f" | {p.outcome}" if p.outcome else ""))
+        if p.state_class is None:
+            found = f" | {p.outcome}" if p.outcome else ""
+        elif p.resumed:
+            found = f" | class {p.state_class}, resumed: {p.outcome}"
+        else:
+            found = f" | class {p.state_class}" + (", not resumed" if p.state_class in left else "")
+        lines.append(f"  op {p.op:>4}  {p.operation:<48} | {disk}{found}")
     return lines

@@ -25,6 +25,7 @@ Reason = Literal[
     "survivors",
     "disk-full",
     "node-lost",
+    "sweep-untried",
 ]
 """Why a verdict could not be established (status ``inconclusive``)."""
 
@@ -74,14 +75,21 @@ class RankRecord(_RankVerdict, total=False):
     host: str
 
 
-class CrashPointRecord(TypedDict):
-    """One crash point of a sweep: after which operation, the disk state it leaves, and the resume's outcome."""
-
+class _CrashPoint(TypedDict):
     op: int
     operation: str
     state: int
     files: List[Dict[str, Any]]
     outcome: Optional[str]
+
+
+class CrashPointRecord(_CrashPoint, total=False):
+    """One crash point of a sweep: after which operation, the disk state it leaves, the class of states a
+    restarted job cannot tell apart that it falls in, whether a resume ran on it, and that resume's outcome
+    (results written before classes existed hold neither ``state_class`` nor ``resumed``)."""
+
+    state_class: int
+    resumed: bool
 
 
 @dataclass

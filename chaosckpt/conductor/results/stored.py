@@ -8,7 +8,7 @@ import os
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 from chaosckpt.conductor.errors import UsageError, shown
 from chaosckpt.conductor.results import atomic, timestamps
@@ -84,11 +84,13 @@ class StoredTrial:
         """A sweep's crash points as the reports table them: after which operation, what was on disk, and what a
         restarted job found there (empty: not a sweep)."""
         rows = []
-        for point in (self.trial.sweep or []) if self.trial else []:
+        points = (self.trial.sweep or []) if self.trial else []
+        tried = {p.get("state_class") for p in points if p.get("resumed")}
+        for point in points:
             disk = ", ".join(f"{f['path']} {f['bytes']} B" + ("" if "loads" not in f else " loads" if f["loads"]
                                                                  else " unreadable") for f in point.get("files", []))
             rows.append({"op": point.get("op"), "operation": point.get("operation", ""), "disk": disk or "nothing",
-                         "outcome": point.get("outcome") or "load check only"})
+                         "outcome": _found(point, tried)})
         return rows
 
     def sweep_resumes(self) -> Optional[str]:
@@ -97,17 +99,32 @@ class StoredTrial:
         if not self.trial or self.trial.sweep is None:
             return None
         found: Dict[int, str] = {p["state"]: p["outcome"] for p in self.trial.sweep if p.get("outcome")}
+        classes = {p["state_class"] for p in self.trial.sweep if "state_class" in p}
+        untried = classes - {p.get("state_class") for p in self.trial.sweep if p.get("resumed")}
+        left = f", {len(untried)} of {len(classes)} classes of crash state never resumed" if untried else ""
         if not found:
-            return "no disk state resumed (load checks only)"
+            return "no disk state resumed (load checks only)" + left
         tally: Dict[str, int] = {}
         for outcome in found.values():
             tally[outcome] = tally.get(outcome, 0) + 1
-        return f"{len(found)} disk state(s) resumed: " + "; ".join(f"{o} in {n}" for o, n in tally.items())
+        return f"{len(found)} disk state(s) resumed: " + "; ".join(f"{o} in {n}" for o, n in tally.items()) + left
 
     def commands(self) -> List[str]:
         """Each run's command line, as it was started."""
         return [f"{r.name}{' (shared by the suite)' if r.shared else ''}: {shlex.join(r.command)}"
                 for r in self.trial.runs] if self.trial else []
+
+
+def _found(point: Mapping[str, Any], tried: set) -> str:
+    """What a restarted job made of a crash point: its resume's outcome; else, for a sweep that classed its
+    states, whether a state of its class was resumed (results from before classes: a load check only)."""
+    if point.get("outcome"):
+        return point["outcome"] if "state_class" not in point else f"class {point['state_class']}: {point['outcome']}"
+    if "state_class" not in point:
+        return "load check only"
+    if point["state_class"] in tried:
+        return f"class {point['state_class']}: as its resumed state"
+    return f"class {point['state_class']}: not resumed"
 
 
 @dataclass

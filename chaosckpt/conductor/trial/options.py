@@ -30,8 +30,8 @@ class TrialOptions:
     """More paths under ``workdir`` to leave out of the sandboxes, such as the whole results folder."""
     sweep: bool = False
     """Crash after every operation of the save in turn instead of once (see ``sweep``)."""
-    max_resumes: int = 3
-    """With ``sweep``: full resumes for at most this many distinct disk states."""
+    max_resumes: int = 8
+    """With ``sweep``: full resumes for at most this many classes of crash state (``disk.sweep.classify``)."""
     ckpt_dirs: List[str] = field(default_factory=list)
     """Checkpoint directories (relative to ``workdir``) to watch besides those the reference run saved into."""
     horizon: Optional[int] = horizon.DEFAULT

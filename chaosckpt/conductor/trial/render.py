@@ -20,6 +20,7 @@ REASONS = {
     "survivors": "processes of the job survived SIGKILL",
     "disk-full": "chaosckpt's own disk is full",
     "node-lost": "a node of the job stopped answering",
+    "sweep-untried": "not every class of crash state was resumed",
 }
 
 

@@ -55,6 +55,9 @@ class TrialRunner:
                 sandbox.remove(self.ctx.sandbox_root)
         self.trial.findings = verdict.settle(self.trial.findings, self.opts.ignore, self.trial.reproduced)
         self.trial.status = verdict.status(met, self.trial.findings)
+        lead = verdict.unsettled(self.trial.findings)
+        if self.trial.status == "inconclusive" and self.trial.reason is None and lead is not None:
+            self.trial.reason, self.trial.detail = verdict.UNSETTLING[lead.kind], lead.message
         self.trial.headline = render.headline(self.trial)
         return self.trial
 

@@ -6,13 +6,17 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from chaosckpt.conductor.results.result import Finding, Status, Trial
+from chaosckpt.conductor.results.result import Finding, Reason, Status, Trial
 from chaosckpt.protocol import FindingKind
 
 DIVERGENCE_CAUSES: Tuple[FindingKind, ...] = (
     "eval-mode-in-training", "rng-not-restored", "rng-captured-early", "rng-drawn-after-restore", "step-count-differs",
     "epoch-order-replayed", "epoch-order-differs", "sampler-overlap", "sampler-missing")
 """Finding kinds that explain a divergence, in the order the headline prefers them."""
+
+UNSETTLING: Dict[FindingKind, Reason] = {"sweep-untried": "sweep-untried"}
+"""Finding kinds that leave a trial that would pass inconclusive, with the reason it gives: what the trial did not
+try could still fail it, so no cap or shortcut may turn it into a pass."""
 
 LEADS: Tuple[FindingKind, ...] = ("resume-exited", "acknowledged-checkpoint-lost", "ranks-disagree")
 """Finding kinds that lead a failed trial's headline, before where the job resumed from."""
@@ -60,11 +64,18 @@ def settle(findings: Sequence[Finding], ignore: Sequence[str], reproduced: Optio
 
 def status(met: Optional[bool], findings: Sequence[Finding]) -> Status:
     """``met``: whether what the trial measured met the scenario's expectation (None: the trial stopped before
-    it could tell). Passed when it did and no finding counted (not ignored) is an error."""
+    it could tell). Failed when it did not or a finding counted (not ignored) is an error; else inconclusive
+    when a counted finding says part of it was never tried (``UNSETTLING``); else passed."""
     if met is None:
         return "inconclusive"
-    errors = [f for f in findings if f.severity == "error" and not f.ignored]
-    return "passed" if met and not errors else "failed"
+    if not met or any(f.severity == "error" and not f.ignored for f in findings):
+        return "failed"
+    return "inconclusive" if unsettled(findings) is not None else "passed"
+
+
+def unsettled(findings: Sequence[Finding]) -> Optional[Finding]:
+    """The first counted finding that keeps a trial from passing without failing it (``UNSETTLING``)."""
+    return next((f for f in findings if f.kind in UNSETTLING and not f.ignored), None)
 
 
 def cause(trial: Trial) -> Optional[Finding]:
