@@ -3,6 +3,8 @@ outlive its run."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import time
 import uuid
 
@@ -31,3 +33,29 @@ def test_a_daemon_that_leaves_its_session_and_environment_is_killed_with_the_run
     finally:
         for proc in daemons(tag):
             proc.kill()
+
+
+@pytest.mark.skipif(not confinement.available(), reason="no mount namespace here: the job runs unconfined")
+def test_the_end_of_a_run_kills_nothing_of_a_job_started_after_its_namespace_was_gone(tmp_path):
+    """The kernel numbers a new namespace with the lowest free number: the one a job that just ended had. A run
+    that read its job's namespace without holding it killed, at its end, whatever process got that number next
+    (another run's job, the confinement probe)."""
+    box = tmp_path / "box"
+    box.mkdir()
+    argv, env = confinement.command(["sleep", "0.3"], box, tmp_path / "log", [])
+    job = subprocess.Popen(argv, cwd=box, env={**os.environ, **env})
+    held = None
+    while held is None and job.poll() is None:
+        held = launcher.job_namespace(job.pid)
+    job.wait()
+    assert held is not None
+    later = [subprocess.Popen(["unshare", "--mount", "sleep", "30"]) for _ in range(3)]
+    try:
+        time.sleep(0.5)
+        named = [p.pid for p in later if os.readlink(f"/proc/{p.pid}/ns/mnt") == held[0]]
+        assert named == [], "a new namespace took the number of the one the run still holds"
+    finally:
+        os.close(held[1])
+        for proc in later:
+            proc.kill()
+            proc.wait()

@@ -167,14 +167,20 @@ def _in_namespace(namespace: Optional[str]) -> List[psutil.Process]:
     return found
 
 
-def job_namespace(pid: int) -> Optional[str]:
-    """The mount namespace of the job's first process, as the kernel says, once confinement has put it in one of
-    its own (None before that, or unconfined): the job's processes share it whatever else they shed."""
+def job_namespace(pid: int) -> Optional[Tuple[str, int]]:
+    """The mount namespace of the job's first process, as the kernel names it, once confinement has put it in one
+    of its own (None before that, or unconfined): the job's processes share it whatever else they shed. It comes
+    with an open handle on it, to close after ``kill_tree``: the kernel gives a namespace's number to a new one once
+    nothing holds the old, and a number read without the handle could name another job's by the time it is used."""
     try:
-        namespace = os.readlink(f"/proc/{pid}/ns/mnt")
-        return namespace if namespace != os.readlink("/proc/self/ns/mnt") else None
+        fd = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
+    namespace = os.readlink(f"/proc/self/fd/{fd}")
+    if namespace == os.readlink("/proc/self/ns/mnt"):
+        os.close(fd)
+        return None
+    return namespace, fd
 
 
 def kill_tree(root: psutil.Process, mark: str, namespace: Optional[str] = None) -> List[int]:
@@ -290,7 +296,7 @@ def _run(spec: RunSpec) -> RunResult:
     root = psutil.Process(proc.pid)
     timed_out = fault_fired = stopped = False
     survivors: List[int] = []
-    namespace: Optional[str] = None
+    namespace: Optional[Tuple[str, int]] = None
     try:
         while proc.poll() is None:
             namespace = namespace or job_namespace(proc.pid)
@@ -309,7 +315,9 @@ def _run(spec: RunSpec) -> RunResult:
                 spec.watch(events_dir, time.monotonic() - started)
             time.sleep(POLL_S)
     finally:
-        survivors = kill_tree(root, mark, namespace)
+        survivors = kill_tree(root, mark, namespace[0] if namespace else None)
+        if namespace:
+            os.close(namespace[1])
         proc.wait()
         out_log.close()
         err_log.close()
