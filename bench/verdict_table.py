@@ -58,6 +58,8 @@ JOBS = {
     "ddp_job": Job("tests/jobs/ddp_job.py (2 ranks)", "tests/jobs/ddp_job.py", (), nproc=2),
     "place_job": Job("tests/jobs/place_job.py", "tests/jobs/place_job.py", ()),
     "writers_job": Job("tests/jobs/writers_job.py", "tests/jobs/writers_job.py", ()),
+    "membuf_job": Job("tests/jobs/membuf_job.py", "tests/jobs/membuf_job.py", ()),
+    "membuf_robust": Job("tests/jobs/membuf_job.py --robust", "tests/jobs/membuf_job.py", ("--robust",)),
 }
 
 SWEEP_JOBS = {
@@ -139,6 +141,19 @@ ROWS: List[Tuple[str, str, str, str, str]] = [
      "no fsync: every file of the checkpoint comes back empty"),
     ("writers_job", "eval-left-on", "PASSED", "last-good", "a linear model: eval mode computes the same"),
     ("writers_job", "rank-epoch-skew", "FAILED", "crashed, torn-checkpoint", SINGLE),
+    ("membuf_job", "kill9-mid-save", "FAILED", "crashed, torn-checkpoint",
+     "serialized into a BytesIO, then written over last.pt: the kill lands in that file write, not in memory"),
+    ("membuf_job", "enospc", "FAILED", "crashed, torn-checkpoint",
+     "the full disk fails the write of the in-memory checkpoint over last.pt, never the BytesIO"),
+    ("membuf_job", "power-loss", "FAILED", "crashed, acknowledged-checkpoint-lost", "no fsync: last.pt comes back empty"),
+    ("membuf_job", "eval-left-on", "FAILED", "last-good, eval-mode-in-training", "never calls model.train()"),
+    ("membuf_job", "rank-epoch-skew", "FAILED", "crashed, torn-checkpoint", SINGLE),
+    ("membuf_robust", "kill9-mid-save", "PASSED", "last-good",
+     "the in-memory checkpoint goes to a temporary file, fsynced, renamed over last.pt, folder fsynced"),
+    ("membuf_robust", "enospc", "PASSED", "last-good", "the full disk fails the temporary file; last.pt is intact"),
+    ("membuf_robust", "power-loss", "PASSED", "last-good", "data and name fsynced before the save returns"),
+    ("membuf_robust", "eval-left-on", "FAILED", "last-good, eval-mode-in-training", "never calls model.train()"),
+    ("membuf_robust", "rank-epoch-skew", "PASSED", "last-good", SINGLE),
 ]
 
 SWEEP_ROWS: List[Tuple[str, str, str, str, str]] = [

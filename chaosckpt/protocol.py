@@ -32,14 +32,17 @@ and ``pid``. The event types and their own fields:
                 optimizer, scheduler and RNG files). ``save`` (1-based index of the
                 checkpoint in this process), ``step`` (optimizer steps completed),
                 ``path`` (of its first call, absolute; a file object's name, or null;
-                a directory for "dcp"), ``via`` ("path", "fileobj" or "dcp":
-                torch.distributed.checkpoint.save), ``digest`` (of the optimized
+                a directory for "dcp"), ``via`` ("path", "fileobj", "memory": into an
+                ``io.BytesIO``, or "dcp": torch.distributed.checkpoint.save), ``digest`` (of the optimized
                 parameters as they are being saved), ``rng`` (stream fingerprints as
                 in ``step``, as the save began), ``op`` (journal operations so
                 far, when the journal is on).
-``save-file``   one save call of the checkpoint returned or raised. ``save``, ``path``,
+``save-file``   one save call of the checkpoint returned or raised, or one file written
+                into it by another writer (``via`` "write") was closed. ``save``, ``path``,
                 ``via``, ``ok``, ``bytes``, ``writes``, ``error`` (one line, or null);
-                ``ends`` (where each write ended, in bytes) when the fault spec asks.
+                ``ends`` (where each write ended, in bytes) when the fault spec asks;
+                ``whole`` (it holds a whole training state); ``memory`` (the file carries
+                bytes a save call serialized into memory; that call sends no event).
 ``save-move``   a file was moved or copied while the checkpoint was open (``os.rename``/``replace``,
                 ``shutil.move``, ``shutil.copyfile``): where a file-object or temporary-file save
                 lands. ``save``, ``how`` ("rename", "move" or "copy"), ``src``, ``dst`` (absolute),

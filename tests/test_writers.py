@@ -4,6 +4,7 @@ toward the checkpoint, and an armed kill or ENOSPC lands in whichever of them ca
 from __future__ import annotations
 
 import errno
+import io
 import json
 import os
 import shutil
@@ -142,9 +143,64 @@ def test_safetensors_bytes_count_natively_and_an_armed_fault_lands_inside_them(t
     assert armed.read_bytes() == (tmp_path / "native.safetensors").read_bytes()
 
 
+def _memory_save(rec, obj):
+    """``torch.save`` into a ``BytesIO`` through the agent's patch: the bytes it serialized."""
+    buffer = io.BytesIO()
+    interpose.torch_save(interpose.Hooks(rec), torch.save)(obj, buffer)
+    return buffer.getvalue()
+
+
+def _membuf_checkpoint(rec, model, opt, folder):
+    """membuf_job's checkpoint: serialized into memory, a log line written elsewhere, the bytes written in place."""
+    data = _memory_save(rec, {"model": model.state_dict(), "opt": opt.state_dict()})
+    (folder.parent / "train.log").write_text("epoch done\n")  # opened while the checkpoint is open: not its bytes
+    folder.mkdir(exist_ok=True)
+    (folder / "last.pt").write_bytes(data)
+    return data
+
+
+def test_a_save_into_memory_counts_no_bytes_and_the_file_write_of_its_bytes_counts_them(tmp_path, patched):
+    events, rec, model, opt = _job()
+    patched(rec)
+    _step(rec, opt)
+    data = _membuf_checkpoint(rec, model, opt, tmp_path / "ckpt")
+    _step(rec, opt)
+    (save,) = _process(events.events).saves
+    last = str(tmp_path / "ckpt" / "last.pt")
+    assert save.path is None and [e["via"] for e in events.events if e["t"] == "save-begin"] == ["memory"]
+    assert [(f["path"], f["via"], f["bytes"], f.get("memory"), f.get("whole")) for f in save.files] == [
+        (last, "write", len(data), True, True)]
+    assert save.ok and save.bytes == len(data) and save.paths() == [last]
+
+
+def test_a_fault_skips_the_save_into_memory_and_strikes_the_file_write_of_its_bytes(tmp_path, patched):
+    events, rec, model, opt = _job(protocol.fault_spec("enospc", 1, at_byte=100))
+    patched(rec)
+    _step(rec, opt)
+    with pytest.raises(OSError) as raised:
+        _membuf_checkpoint(rec, model, opt, tmp_path / "ckpt")
+    assert raised.value.errno == errno.ENOSPC
+    (event,) = [e for e in events.events if e["t"] == "fault"]
+    assert event["path"] == str(tmp_path / "ckpt" / "last.pt") and event["bytes"] == 100
+    assert (tmp_path / "ckpt" / "last.pt").stat().st_size == 100 and (tmp_path / "train.log").stat().st_size == 11
+    rec.close_checkpoint()
+    (end,) = [e for e in events.events if e["t"] == "save-end"]
+    assert not end["ok"] and end["error"] == os.strerror(errno.ENOSPC)
+
+
+def test_a_fault_in_the_named_file_that_carries_bytes_saved_into_memory_lands_there(tmp_path, patched):
+    events, rec, model, opt = _job(protocol.fault_spec("enospc", 1, at_byte=10, file="last.pt"))
+    patched(rec)
+    _step(rec, opt)
+    with pytest.raises(OSError):
+        _membuf_checkpoint(rec, model, opt, tmp_path / "ckpt")
+    assert (tmp_path / "ckpt" / "last.pt").stat().st_size == 10
+
+
 JOB = """
-import json, os, shutil, torch
-os.makedirs("ckpt", exist_ok=True)
+import io, json, os, shutil, torch
+for folder in ("ckpt", "ckpt_log", "ckpt_mem"):
+    os.makedirs(folder, exist_ok=True)
 m = torch.nn.Linear(4, 1)
 o = torch.optim.SGD(m.parameters(), lr=0.1)
 for step in range(1, 5):
@@ -160,6 +216,12 @@ for step in range(1, 5):
         os.write(fd, b"y" * 100)
         os.close(fd)
         shutil.copyfile("ckpt/raw.bin", "ckpt/best.bin")
+        buffer = io.BytesIO()
+        torch.save(o.state_dict(), buffer)
+        with open("ckpt_log/train.log", "a") as f:  # outside the checkpoint's folders, not its bytes: uncounted
+            f.write("saved\\n")
+        with open("ckpt_mem/opt.pt", "wb") as f:  # carries the bytes saved into memory: counted wherever it is
+            f.write(buffer.getvalue())
 """
 
 
@@ -174,8 +236,8 @@ def _file_calls(trace: str, skip: str) -> list:
             continue
         _, call, args, ret = m.groups()
         args = re.sub(r"0x[0-9a-f]+", "ADDR", args)
-        if call == "openat" and '"ckpt/' in args:
-            fds[ret] = re.search(r'"(ckpt/[^"]*)"', args).group(1)
+        if call == "openat" and re.search(r'"ckpt\w*/', args):
+            fds[ret] = re.search(r'"(ckpt\w*/[^"]*)"', args).group(1)
             if fds[ret] != skip:
                 calls.append((call, fds[ret], args.split(", ", 1)[1]))
             continue
@@ -212,8 +274,9 @@ def test_counting_leaves_the_job_s_system_calls_as_they_are(tmp_path):
                         sys.executable, str(tmp_path / "job.py")], cwd=work, env=env, check=True, timeout=120)
         traces.append(_file_calls((work / "trace").read_text(), skip="ckpt/model.pth"))
     off, on = traces
-    assert {c[1] for c in off} == {"ckpt/state.json", "ckpt/log.bin", "ckpt/raw.bin", "ckpt/best.bin"}
+    assert {c[1] for c in off} == {"ckpt/state.json", "ckpt/log.bin", "ckpt/raw.bin", "ckpt/best.bin",
+                                   "ckpt_log/train.log", "ckpt_mem/opt.pt"}
     assert on == off
     events = [json.loads(line) for p in (tmp_path / "on" / "run").glob("events.*") for line in p.read_text().splitlines()]
     counted = [os.path.basename(e["path"]) for e in events if e["t"] == "save-file" and e["via"] == "write"]
-    assert counted == ["state.json", "log.bin", "raw.bin", "best.bin"] * 2
+    assert counted == ["state.json", "log.bin", "raw.bin", "best.bin", "opt.pt"] * 2

@@ -6,6 +6,7 @@ sees to the ``Recorder`` and otherwise behaves exactly like what it replaces.
 
 from __future__ import annotations
 
+import io
 import os
 import threading
 from typing import Any, Callable, Optional
@@ -14,7 +15,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from chaosckpt.agent import patches, sampler, writers
-from chaosckpt.agent.recorder import Checkpoint, Recorder
+from chaosckpt.agent.recorder import MEMORY, PAYLOAD_HEAD, Checkpoint, Payload, Recorder
 
 
 class CountingWriter:
@@ -142,6 +143,8 @@ def torch_save(hooks: Hooks, original: Callable) -> Callable:
             return original(obj, f, *args, **kwargs)
         if rec.saving:  # one item of a DCP save: the shard file its writer opened counts the bytes
             return original(obj, f, *args, **kwargs)
+        if isinstance(f, io.BytesIO):
+            return _save_into_memory(rec, original, obj, f, *args, **kwargs)
         path = os.fspath(f) if _is_path(f) else None
         if path is not None and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
             return original(obj, f, *args, **kwargs)  # let torch raise its own error
@@ -158,6 +161,17 @@ def torch_save(hooks: Hooks, original: Callable) -> Callable:
                 original(obj, save.writer, *args, **kwargs)
 
     return save
+
+
+def _save_into_memory(rec: Recorder, original: Callable, obj: Any, f: io.BytesIO, *args: Any, **kwargs: Any) -> None:
+    """A save call of the checkpoint into memory: recorded, its bytes neither counted nor struck (no file system
+    sees them); the file write that carries them on counts them and takes the fault (``writers.FileTally``)."""
+    with rec.recording_save(None, MEMORY, obj) as save:
+        start = f.tell()
+        original(obj, f, *args, **kwargs)
+        with f.getbuffer() as view:
+            head = bytes(view[start:start + PAYLOAD_HEAD])
+        save.checkpoint.payloads.append(Payload(head, save.checkpoint.whole))
 
 
 def torch_load(hooks: Hooks, original: Callable) -> Callable:

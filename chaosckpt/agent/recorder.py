@@ -7,7 +7,7 @@ import os
 import sys
 import time
 import weakref
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, NamedTuple, Optional
 
 import torch
 
@@ -313,6 +313,8 @@ class Recorder:
         self.saving_via = self.saving_path = None
         if error is not None and ckpt.error is None:
             ckpt.error = _one_line(error)
+        if via == MEMORY:
+            return  # it wrote no file: the file its bytes go to reports them (``writers.FileTally``)
         self.emit(
             "save-file",
             save=ckpt.index,
@@ -405,6 +407,21 @@ class Checkpoint:
         self.whole = False  # the current call saves a whole training state (model and optimizer) in one file
         self.folders: set = set()  # where its files went: JSON state written beside them is part of it
         self.tallies: List[Any] = []  # files the job opened into it (``writers.FileTally``)
+        self.payloads: List[Payload] = []  # its save calls into memory, whose bytes a file write may carry
+
+
+MEMORY = "memory"
+"""The ``via`` of a save call into an in-memory buffer (``io.BytesIO``): no file system sees its bytes."""
+
+PAYLOAD_HEAD = 4096
+"""Bytes kept from the start of a checkpoint serialized into memory, to recognise the file write that carries it."""
+
+
+class Payload(NamedTuple):
+    """A save call's bytes serialized into memory: their first bytes, and whether they hold a whole training state."""
+
+    head: bytes
+    whole: bool
 
 
 class _Save:

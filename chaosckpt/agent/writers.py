@@ -11,15 +11,15 @@ Counting never changes the job's I/O: the same system calls, in the same order, 
 
 from __future__ import annotations
 
-import errno
 import io
 import os
+import tempfile
 import threading
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from chaosckpt.agent import fileops, patches
 from chaosckpt.agent.faults import disk_full_error
-from chaosckpt.agent.recorder import Checkpoint, Recorder
+from chaosckpt.agent.recorder import Checkpoint, Payload, Recorder
 from chaosckpt.locations import location
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
@@ -34,22 +34,44 @@ _ARMED = threading.Lock()
 class FileTally:
     """Writes and bytes into one file of the open checkpoint, and the armed fault if it can land in them."""
 
-    def __init__(self, rec: Recorder, checkpoint: Checkpoint, path: Optional[str], reported: bool = False) -> None:
+    def __init__(self, rec: Recorder, checkpoint: Checkpoint, path: Optional[str], reported: bool = False,
+                 carrier: bool = False) -> None:
         self.rec = rec
         self.checkpoint = checkpoint
         self.path = None if path is None else os.path.abspath(path)
         self.writes = 0
         self.bytes = 0
         self.full = False  # an ENOSPC fired in this file: the disk stays full for it
+        self.error: Optional[str] = None  # why a write into it failed
         self.reported = reported  # its save-file event is sent (or another save call's covers it)
+        self.carrier = carrier  # part of the checkpoint only if it carries bytes a save call serialized into memory
+        self.payload: Optional[Payload] = None  # the checkpoint serialized into memory whose bytes it carries
+        self.undecided = bool(checkpoint.payloads) or carrier  # its first write tells whether it carries them
+        self.foreign = False  # a carrier whose first write was not the checkpoint's bytes
         fault = rec.fault if rec.fault is not None and rec.fault.save == checkpoint.index else None
         named = fault is None or fault.file is None or path is not None and os.path.basename(path) == fault.file
         self.fault = fault if fault is not None and fault.kind in ("halt", "enospc") and named else None
         self.ends: Optional[list] = [] if fault is not None and fault.write_ends else None
 
     def live(self) -> bool:
-        """Whether its writes still count: its checkpoint is still the open one."""
-        return self.checkpoint is self.rec.checkpoint
+        """Whether its writes still count: its checkpoint is still the open one, and the file is part of it."""
+        return self.checkpoint is self.rec.checkpoint and not self.foreign
+
+    def _recognise(self, data: Optional[memoryview]) -> None:
+        """At the first write: whether the file carries a checkpoint serialized into memory (the write begins with
+        its first bytes, 64 at least or the whole of a shorter one). A file that carries one is part of the
+        checkpoint wherever it is, and its folder joins the checkpoint's (unless it is the temporary folder)."""
+        self.undecided = False
+        for payload in self.checkpoint.payloads if data is not None else ():
+            n = min(len(payload.head), data.nbytes)
+            if n >= min(len(payload.head), 64) and n and data[:n] == payload.head[:n]:
+                self.payload = payload
+                break
+        self.foreign = self.carrier and self.payload is None
+        if self.payload is not None and self.path is not None:
+            folder = os.path.dirname(self.path)
+            if folder != os.path.abspath(tempfile.gettempdir()):
+                self.checkpoint.folders.add(folder)
 
     def _counted(self) -> Any:
         return self if self.fault is not None and self.fault.file is not None else self.checkpoint
@@ -63,12 +85,25 @@ class FileTally:
         self.checkpoint.bytes += size
 
     def write(self, size: int, send: Callable[[Optional[int]], Optional[int]],
-              flush: Optional[Callable[[], Any]] = None) -> int:
+              flush: Optional[Callable[[], Any]] = None, data: Optional[memoryview] = None) -> Optional[int]:
         """Write ``size`` bytes through ``send`` (``send(n)`` writes the first n bytes, ``send(None)`` all that
         the job asked for) and count them; where the armed fault lands, write the bytes before it, ``flush``,
-        and fire: halt, or raise ENOSPC."""
+        and fire: halt, or raise ENOSPC. ``data``: the bytes, when the writer has them in hand."""
+        if self.undecided:
+            self._recognise(data)
+            if not self.live():
+                return send(None)  # not the checkpoint's: the job's own write, uncounted
         if self.full:
             raise disk_full_error()
+        try:
+            return self._write(size, send, flush)
+        except OSError as exc:  # the disk refused it (the fault's ENOSPC, a full disk's, any other)
+            if self.error is None:
+                self.error = os.strerror(exc.errno) if exc.errno else str(exc)
+            raise
+
+    def _write(self, size: int, send: Callable[[Optional[int]], Optional[int]],
+               flush: Optional[Callable[[], Any]]) -> int:
         if self.fault is None:
             return self._count(size, send(None))
         with _ARMED:
@@ -98,10 +133,13 @@ class FileTally:
         if self.reported:
             return
         self.reported = True
-        if self.full and self.checkpoint.error is None:
-            self.checkpoint.error = os.strerror(errno.ENOSPC)
-        self.rec.emit("save-file", save=self.checkpoint.index, path=self.path, via="write", ok=not self.full,
-                      bytes=self.bytes, writes=self.writes, error=os.strerror(errno.ENOSPC) if self.full else None,
+        if self.carrier and self.payload is None:
+            return  # it never carried the checkpoint's bytes: no file of it
+        if self.error is not None and self.checkpoint.error is None:
+            self.checkpoint.error = self.error
+        memory = {} if self.payload is None else {"memory": True, **({"whole": True} if self.payload.whole else {})}
+        self.rec.emit("save-file", save=self.checkpoint.index, path=self.path, via="write", ok=self.error is None,
+                      bytes=self.bytes, writes=self.writes, error=self.error, **memory,
                       **({} if self.ends is None else {"ends": self.ends}))
 
 
@@ -119,7 +157,7 @@ class CountedRaw(io.RawIOBase):
         if tally is None or not tally.live():
             return self._raw.write(data)
         view = memoryview(data).cast("B")
-        return tally.write(view.nbytes, lambda n: self._raw.write(view if n is None else view[:n]))
+        return tally.write(view.nbytes, lambda n: self._raw.write(view if n is None else view[:n]), data=view)
 
     def readinto(self, buffer: Any) -> Optional[int]:
         return self._raw.readinto(buffer)
@@ -186,6 +224,18 @@ def counts_into(rec: Recorder, path: Any) -> Optional[Checkpoint]:
     return ckpt if any(folder == r or folder.startswith(r + os.sep) for r in roots) else None
 
 
+def opened_into(rec: Recorder, path: Any) -> Tuple[Optional[Checkpoint], bool]:
+    """The open checkpoint a file opened for writing at ``path`` now may be part of, and whether it is only if it
+    carries bytes the checkpoint serialized into memory (a file outside its folders, while it has some)."""
+    ckpt = counts_into(rec, path)
+    if ckpt is not None:
+        return ckpt, False
+    ckpt = rec.checkpoint
+    if ckpt is None or not ckpt.payloads or not rec.enabled or rec.saving:
+        return None, False
+    return ckpt, True
+
+
 def _in_dcp(rec: Recorder) -> bool:
     return rec.saving and rec.saving_via == "dcp"
 
@@ -206,8 +256,9 @@ class Counter:
         self.rec = rec
         self.fds: Dict[int, FileTally] = {}
 
-    def track(self, ckpt: Checkpoint, path: Any, fd: int) -> FileTally:
-        tally = FileTally(self.rec, ckpt, os.fsdecode(path), reported=_in_dcp(self.rec))  # DCP's save-file covers it
+    def track(self, ckpt: Checkpoint, path: Any, fd: int, carrier: bool = False) -> FileTally:
+        tally = FileTally(self.rec, ckpt, os.fsdecode(path), reported=_in_dcp(self.rec),  # DCP's save-file covers it
+                          carrier=carrier)
         ckpt.tallies.append(tally)
         self.fds[fd] = tally
         return tally
@@ -232,11 +283,11 @@ def counted_open(counter: Counter, inner_open: Callable) -> Callable:
             return inner_open(file, mode, buffering, encoding, errors, newline, closefd, opener)
         binary = "b" in mode
         odd = buffering == 1 and binary or buffering == 0 and not binary or binary and (encoding or errors or newline)
-        ckpt = None if odd else counts_into(rec, file)  # open() warns or raises on the odd ones: leave them to it
+        ckpt, carrier = (None, False) if odd else opened_into(rec, file)  # open() warns or raises on the odd ones
         if ckpt is None:
             return inner_open(file, mode, buffering, encoding, errors, newline, closefd, opener)
         inner = inner_open(file, mode.replace("t", "") + ("" if binary else "b"), 0, None, None, None, closefd, opener)
-        raw = CountedRaw(inner, counter.track(ckpt, file, inner.fileno()), counter.closed)
+        raw = CountedRaw(inner, counter.track(ckpt, file, inner.fileno(), carrier), counter.closed)
         return fileops.layered(raw, mode, buffering, encoding, errors, newline, inner._blksize)
 
     return open_
@@ -247,9 +298,10 @@ def counted_os_open(counter: Counter, original: Callable) -> Callable:
 
     def open_(path, flags, mode=0o777, *, dir_fd=None):
         fd = original(path, flags, mode, dir_fd=dir_fd)
-        ckpt = None if rec.checkpoint is None or not flags & _WRITE_FLAGS or dir_fd is not None else counts_into(rec, path)
+        skip = rec.checkpoint is None or not flags & _WRITE_FLAGS or dir_fd is not None
+        ckpt, carrier = (None, False) if skip else opened_into(rec, path)
         if ckpt is not None:
-            counter.track(ckpt, path, fd)
+            counter.track(ckpt, path, fd, carrier)
         return fd
 
     return open_
@@ -263,7 +315,7 @@ def counted_write(counter: Counter, original: Callable) -> Callable:
         if tally is None or not tally.live():
             return original(fd, data)
         view = memoryview(data).cast("B")
-        return tally.write(view.nbytes, lambda n: original(fd, view if n is None else view[:n]))
+        return tally.write(view.nbytes, lambda n: original(fd, view if n is None else view[:n]), data=view)
 
     return write
 

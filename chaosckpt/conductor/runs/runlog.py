@@ -43,8 +43,9 @@ class Save:
     def paths(self) -> List[str]:
         """Its files: those its save calls wrote, then those moved or copied in from a file that is none of
         them (a temporary file in ``$TMPDIR`` written from a file object), in order; a move inside a folder it
-        saved (DCP's ``.metadata``) is part of that folder."""
-        out = [p for p in [self.path, *(f.get("path") for f in self.files)] if p is not None]
+        saved (DCP's ``.metadata``) is part of that folder. A file that carried a checkpoint serialized into
+        memory stands where the save moved it (fsspec's temporary file, moved onto ``last.ckpt``)."""
+        out = [p for p in [self.path, *(self._landed(f) for f in self.files)] if p is not None]
         known = set(out)
         for move in self.moves:
             dst = move["dst"]
@@ -55,6 +56,16 @@ class Save:
                 known.add(dst)
                 out.append(dst)
         return out
+
+
+    def _landed(self, file: Event) -> Optional[str]:
+        path = file.get("path")
+        if not file.get("memory"):
+            return path
+        for move in self.moves:
+            if move["src"] == path and move.get("ok") and move["how"] != "copy":
+                path = move["dst"]
+        return path
 
 
 @dataclass
