@@ -3,7 +3,9 @@ resumes of the first few distinct states."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from typing import Iterator, NamedTuple, Optional
 
 from chaosckpt.conductor.disk import crash, sweep
 from chaosckpt.conductor.disk.loadcheck import LoadChecker
@@ -14,19 +16,29 @@ from chaosckpt.conductor.trial import render, score
 from chaosckpt.conductor.trial.arm import Armed
 from chaosckpt.conductor.trial.context import Context, rel
 from chaosckpt.conductor.trial.faulted import Faulted
+from chaosckpt.conductor.trial.measured import Measured
 from chaosckpt.conductor.trial.plan import resume_stop
 
 
-def sweep_save(ctx: Context, ref: ProcessLog, armed: Armed, run: Faulted) -> bool:
-    """Every crash point of the save into the verdict; whether each resumed as expected and every state loads."""
-    scen, trial, work, roots = ctx.scenario, ctx.trial, armed.work, armed.roots
+class Swept(NamedTuple):
+    """What the sweep has measured so far; ``met`` once it is over: whether each resumed state started where
+    the scenario expects and every state holds a loadable file."""
+
+    measured: Measured
+    met: Optional[bool] = None
+
+
+def sweep_save(ctx: Context, ref: ProcessLog, armed: Armed, run: Faulted) -> Iterator[Swept]:
+    """Every crash point of the save; what it measured before each resume and at its end, so that a trial one
+    of the resumes stops keeps what the sweep had measured by then."""
+    scen, work, roots = ctx.scenario, armed.work, armed.roots
     proc = run.proc
     target = [s for s in proc.saves if s.index == scen.trigger.save][0]
     model = scen.kind.crash_model(scen.trigger)
     earlier = [s for s in proc.completed_saves() if s.index < target.index]
     last_good = earlier[-1].step if earlier else None
-    trial.last_good_step = last_good
-    trial.fault["model"] = model
+    measured = Measured({**run.fault, "model": model}, last_good)
+    yield Swept(measured)
 
     def name(path: str) -> str:
         return rel(path, work) or path
@@ -49,7 +61,9 @@ def sweep_save(ctx: Context, ref: ProcessLog, armed: Armed, run: Faulted) -> boo
         if rec.error:
             outcome += f": {render.describe_error(rec.error, rec.error_path is not None)}"
         if rec.recovered_step is not None:  # the most work any resumed state lost
-            trial.lost_steps = max(trial.lost_steps or 0, (run.step or 0) - rec.recovered_step)
+            lost = max(measured.lost_steps or 0, (run.step or 0) - rec.recovered_step)
+            measured = dataclasses.replace(measured, lost_steps=lost)
+            yield Swept(measured)
         failed |= rec.outcome not in scen.expect.recovered
         for point in sw.points:
             if point.state == index:
@@ -58,13 +72,11 @@ def sweep_save(ctx: Context, ref: ProcessLog, armed: Armed, run: Faulted) -> boo
         i for i in range(len(sw.states))
         if not any(f.get("loads") for p in sw.points if p.state == i for f in p.files)
     ]
-    trial.sweep = [p.to_dict() for p in sw.points]
-    trial.findings.append(
-        Finding(
-            "sweep",
-            f"{len(sw.points)} crash points in save {target.index}, {len(sw.states)} distinct disk states, "
-            f"{min(len(sw.states), ctx.opts.max_resumes)} resumed; {len(unloadable)} state(s) hold no loadable file",
-            {"points": len(sw.points), "states": len(sw.states), "unloadable_states": unloadable},
-        )
+    summary = Finding(
+        "sweep",
+        f"{len(sw.points)} crash points in save {target.index}, {len(sw.states)} distinct disk states, "
+        f"{min(len(sw.states), ctx.opts.max_resumes)} resumed; {len(unloadable)} state(s) hold no loadable file",
+        {"points": len(sw.points), "states": len(sw.states), "unloadable_states": unloadable},
     )
-    return not failed and not unloadable
+    yield Swept(dataclasses.replace(measured, sweep=[p.to_dict() for p in sw.points]).found(summary),
+                not failed and not unloadable)

@@ -67,6 +67,12 @@ def status(met: Optional[bool], findings: Sequence[Finding]) -> Status:
     return "passed" if met and not errors else "failed"
 
 
+def decided(trial: Trial, met: Optional[bool], ignore: Sequence[str]) -> Trial:
+    """``trial`` with its verdict: its findings as reported (``settle``) and its status (``status``)."""
+    findings = settle(trial.findings, ignore, trial.reproduced)
+    return dataclasses.replace(trial, findings=findings, status=status(met, findings))
+
+
 def cause(trial: Trial) -> Optional[Finding]:
     """The finding the headline names: for a failed trial, what failed it ahead of where it resumed from (the
     resume's exit, a lost copy of a checkpoint the resume still loaded, ranks that disagree); else the first
