@@ -3,12 +3,13 @@ finding that names a rank, that rank's node too."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 from typing import Dict, Tuple
 
 from chaosckpt.conductor.nodes.cluster import Cluster
-from chaosckpt.conductor.results.result import Trial
+from chaosckpt.conductor.results.result import RankRecord, Trial
 
 _RANK = re.compile(r"\brank (\d+)\b(?! on node)")
 
@@ -32,29 +33,37 @@ def rank_nodes(trial: Trial) -> Dict[int, int]:
     return out
 
 
-def name_nodes(trial: Trial, cluster: Cluster) -> None:
-    """Put each rank's node into the verdict: the rank entries, the fault, the findings' and detail's words."""
+def name_nodes(trial: Trial, cluster: Cluster) -> Trial:
+    """``trial`` with each rank's node in it: the rank entries, the fault, the findings' and detail's words."""
     nodes = rank_nodes(trial)
     if not nodes:
-        return
-    for entry in trial.ranks:
-        if entry.get("rank") in nodes:
-            entry["node"] = nodes[entry["rank"]]
-            if cluster.hosts:
-                entry["host"] = cluster.hosts[nodes[entry["rank"]]]
-    if trial.fault is not None and trial.fault.get("node") is None and trial.fault.get("rank") in nodes:
-        trial.fault["node"] = nodes[trial.fault["rank"]]
+        return trial
+    ranks = [_placed(entry, nodes, cluster) for entry in trial.ranks]
+    fault = trial.fault
+    if fault is not None and fault.get("node") is None and fault.get("rank") in nodes:
+        fault = {**fault, "node": nodes[fault["rank"]]}
 
     def named(text: str) -> str:
         return _RANK.sub(lambda m: m.group(0) + (f" on {cluster.name(nodes[int(m.group(1))])}"
                                                  if int(m.group(1)) in nodes else ""), text)
 
-    node = (trial.fault or {}).get("node")
+    node = (fault or {}).get("node")
+    findings = []
     for finding in trial.findings:
-        finding.message = named(finding.message)
+        finding = dataclasses.replace(finding, message=named(finding.message))
         if finding.kind == "acknowledged-checkpoint-lost" and node is not None:
-            finding.details["node"] = node
-            finding.message = f"on {cluster.name(node)}, {finding.message}"
-    if trial.detail:
-        trial.detail = named(trial.detail)
+            finding = dataclasses.replace(finding, details={**finding.details, "node": node},
+                                          message=f"on {cluster.name(node)}, {finding.message}")
+        findings.append(finding)
+    detail = named(trial.detail) if trial.detail else trial.detail
+    return dataclasses.replace(trial, ranks=ranks, fault=fault, findings=findings, detail=detail)
 
+
+def _placed(entry: RankRecord, nodes: Dict[int, int], cluster: Cluster) -> RankRecord:
+    """A rank's entry with the node it ran on, and that node's machine when the cluster names them."""
+    if entry.get("rank") not in nodes:
+        return entry
+    placed: RankRecord = {**entry, "node": nodes[entry["rank"]]}
+    if cluster.hosts:
+        placed["host"] = cluster.hosts[nodes[entry["rank"]]]
+    return placed

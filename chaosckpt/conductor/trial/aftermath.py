@@ -2,58 +2,82 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from typing import List
+from typing import List, NamedTuple, Optional, Tuple
 
 from chaosckpt.conductor.disk import copies, crash
 from chaosckpt.conductor.nodes import power
-from chaosckpt.conductor.results.result import Finding
+from chaosckpt.conductor.results.result import FaultRecord, Finding
 from chaosckpt.conductor.runs.runlog import RunLog
 from chaosckpt.conductor.trial.arm import Armed
 from chaosckpt.conductor.trial.context import Context, rel
 from chaosckpt.conductor.trial.faulted import Faulted
 
 
-def power_loss(ctx: Context, armed: Armed, faulted: RunLog) -> None:
+class Aftermath(NamedTuple):
+    """What the disk holds when the power comes back: the fault record's additions (the node struck, the
+    crash model, each file's size) and the files whose durability cannot be judged."""
+
+    fault: FaultRecord
+    findings: Tuple[Finding, ...]
+
+    def applied(self, run: Faulted) -> Faulted:
+        """The faulted run with its fault record as the power loss left the files."""
+        return dataclasses.replace(run, fault={**run.fault, **self.fault})
+
+
+def aftermath(ctx: Context, armed: Armed, run: Faulted) -> Optional[Aftermath]:
+    """After a power loss (of one node, or of the machine), what the disk holds; None for other faults."""
+    if armed.cut is not None and armed.cut.model is not None:
+        return node_power_loss(ctx, armed, run)
+    if ctx.scenario.kind.needs_aftermath:
+        return power_loss(ctx, armed, run.log)
+    return None
+
+
+def power_loss(ctx: Context, armed: Armed, faulted: RunLog) -> Aftermath:
     """Rewrite the checkpoint directories into what the disk holds when the power comes back."""
     disk, work = armed.disk, armed.work
     model = ctx.scenario.trigger.model
     entries, native = crash.power_cut(disk, faulted.ops(), model, armed.roots, armed.end, armed.native)
-    _record(ctx, work, model, {e.path: e.length for e in entries}, native)
+    return _left(work, model, {e.path: e.length for e in entries}, native)
 
 
-def node_power_loss(ctx: Context, armed: Armed, run: Faulted) -> None:
-    """One node's power loss: that node has rewritten its own folders; record what they hold, and replay its
-    journal here too, so a lost checkpoint can be named with the fsync it lacked."""
+def node_power_loss(ctx: Context, armed: Armed, run: Faulted) -> Aftermath:
+    """One node's power loss: that node has rewritten its own folders; what they hold, with its journal
+    replayed here too, so a lost checkpoint can be named with the fsync it lacked."""
     cut, result = armed.cut, run.result
     for op in power.node_ops(run.log, result.events_dir, cut.node):
         armed.disk.apply(op)
     report = getattr(result, "rewritten", None) or {"files": {}, "native": []}
-    ctx.trial.fault["node"] = cut.node
-    _record(ctx, armed.work, cut.model, report["files"], report["native"])
+    left = _left(armed.work, cut.model, report["files"], report["native"])
+    return left._replace(fault={"node": cut.node, **left.fault})
 
 
-def _record(ctx: Context, work, model: str, files: dict, native: List[str]) -> None:
-    for path in native:
-        ctx.trial.findings.append(Finding(
+def _left(work, model: str, files: dict, native: List[str]) -> Aftermath:
+    findings = tuple(
+        Finding(
             "not-interposed",
             f"{rel(path, work)} was written by code chaosckpt cannot see (native writes, such as "
             "safetensors'), so the power-loss model left it as the job wrote it: its durability is not judged",
             {"path": rel(path, work)},
-        ))
-    ctx.trial.fault["model"] = model
-    ctx.trial.fault["files"] = {rel(path, work): length for path, length in files.items()}
+        )
+        for path in native
+    )
+    return Aftermath({"model": model, "files": {rel(path, work): length for path, length in files.items()}}, findings)
 
 
-def lost_checkpoint(ctx: Context, save, ops: List[dict], armed: Armed) -> Finding:
-    """The acknowledged checkpoint the power loss took, named with the fsync it lacked."""
+def lost_checkpoint(ctx: Context, save, ops: List[dict], armed: Armed, error_path: Optional[str]) -> Finding:
+    """The acknowledged checkpoint the power loss took, named with the fsync it lacked (the file the resume
+    read, ``error_path``, first)."""
     disk, work = armed.disk, armed.work
     paths = copies.final_paths(save, ops)
     path = paths[0] if paths else None
     model = ctx.scenario.trigger.model
     name = ", ".join(rel(p, work) or p for p in paths) or "a file object"
     files = sorted(p for p in disk.names if path and p.startswith(path + os.sep)) if save.path else []
-    candidates = files or sorted(paths, key=lambda p: rel(p, work) != ctx.trial.error_path)  # what the resume read
+    candidates = files or sorted(paths, key=lambda p: rel(p, work) != error_path)  # what the resume read
     why = None
     for candidate in candidates:
         why = crash.missing_durability(disk, candidate, model, lambda p: rel(p, work))

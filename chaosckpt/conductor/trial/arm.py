@@ -48,7 +48,7 @@ def arm(ctx: Context, reference: RunLog) -> Armed:
     if journal:
         confinement.require_inside(roots, work)
     try:
-        how = Arming(work, roots if journal else None, ctx.opts.sweep, Path(ctx.trial.runs[0].events), ctx.opts.cluster)
+        how = Arming(work, roots if journal else None, ctx.opts.sweep, Path(ctx.runs[0].events), ctx.opts.cluster)
         fault, cut = scen.kind.arm(scen.trigger, reference, how)
     except arming.NotArmable as exc:
         raise Stop("fault-not-triggered", str(exc)) from None

@@ -1,4 +1,4 @@
-"""What every step of a trial shares: the scenario, the options, the verdict being filled, and the runs."""
+"""What every step of a trial shares: the scenario, the options, and the record of every run it started."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
 from chaosckpt.conductor.nodes import conduct
-from chaosckpt.conductor.results.result import RunRecord, Trial
+from chaosckpt.conductor.results.result import RunRecord
 from chaosckpt.conductor.runs import confinement, diskspace, launcher, sandbox
 from chaosckpt.conductor.runs.launcher import RunResult, RunSpec
 from chaosckpt.conductor.scenario import Scenario
@@ -18,7 +18,8 @@ from chaosckpt.conductor.trial.options import Stop, TrialOptions
 class Context:
     scenario: Scenario
     opts: TrialOptions
-    trial: Trial
+    runs: List[RunRecord] = field(default_factory=list)
+    """Every process tree of the trial, in the order it started them (or took one from a cache or a suite)."""
     maps: List[str] = field(default_factory=list)
     """Every folder outside the working directory overlaid for the job's writes (see ``sandbox.maps``)."""
 
@@ -55,7 +56,7 @@ class Context:
             if progress is not None:
                 progress.done()
         confinement.refuse_outside(result.returncode, result.stderr, [cwd, spec.log_dir, confinement.layers(cwd)])
-        self.trial.runs.append(
+        self.runs.append(
             RunRecord(
                 name=name,
                 command=argv,

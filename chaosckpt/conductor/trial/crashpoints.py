@@ -3,8 +3,9 @@ into classes a restarted job cannot tell apart, and a full resume of one state o
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from typing import List, Optional, Tuple
+from typing import Iterator, List, NamedTuple, Optional, Tuple
 
 from chaosckpt.conductor.disk import crash, sweep
 from chaosckpt.conductor.disk.loadcheck import LoadChecker
@@ -15,18 +16,29 @@ from chaosckpt.conductor.trial import render, score
 from chaosckpt.conductor.trial.arm import Armed
 from chaosckpt.conductor.trial.context import Context, rel
 from chaosckpt.conductor.trial.faulted import Faulted
+from chaosckpt.conductor.trial.measured import Measured
 from chaosckpt.conductor.trial.plan import resume_stop
 
 
-def sweep_save(ctx: Context, ref: ProcessLog, armed: Armed, run: Faulted) -> bool:
-    """Every crash point of the save into the verdict; whether each class resumed as expected and every state
-    loads (a class left untried is a finding of its own, which keeps the trial from passing)."""
-    scen, trial, work = ctx.scenario, ctx.trial, armed.work
+class Swept(NamedTuple):
+    """What the sweep has measured so far; ``met`` once it is over: whether each resumed class started where
+    the scenario expects and every state holds a loadable file (a class left untried is a finding of its own,
+    which keeps the trial from passing)."""
+
+    measured: Measured
+    met: Optional[bool] = None
+
+
+def sweep_save(ctx: Context, ref: ProcessLog, armed: Armed, run: Faulted) -> Iterator[Swept]:
+    """Every crash point of the save; what it measured before each resume and at its end, so that a trial one
+    of the resumes stops keeps what the sweep had measured by then."""
+    scen, work = ctx.scenario, armed.work
     target = [s for s in run.proc.saves if s.index == scen.trigger.save][0]
     model = scen.kind.crash_model(scen.trigger)
     earlier = [s for s in run.proc.completed_saves() if s.index < target.index]
-    trial.last_good_step = earlier[-1].step if earlier else None
-    trial.fault["model"] = model
+    last_good = earlier[-1].step if earlier else None
+    measured = Measured({**run.fault, "model": model}, last_good)
+    yield Swept(measured)
 
     def name(path: str) -> str:
         return rel(path, work) or path
@@ -40,8 +52,12 @@ def sweep_save(ctx: Context, ref: ProcessLog, armed: Armed, run: Faulted) -> boo
     table = score.digest_table(run.proc, run.log.trainer(), ref)
     failed = False
     for state in sw.representatives[: ctx.opts.max_resumes]:
-        outcome, ok = _resume_state(ctx, armed, sw.states[state], state, table, run.step)
+        outcome, ok, recovered = _resume_state(ctx, armed, sw.states[state], state, table, last_good)
         failed |= not ok
+        if recovered is not None:  # the most work any resumed state lost
+            lost = max(measured.lost_steps or 0, (run.step or 0) - recovered)
+            measured = dataclasses.replace(measured, lost_steps=lost)
+            yield Swept(measured)
         for point in sw.points:
             if point.state == state:
                 point.outcome, point.resumed = outcome, True
@@ -49,16 +65,15 @@ def sweep_save(ctx: Context, ref: ProcessLog, armed: Armed, run: Faulted) -> boo
         i for i in range(len(sw.states))
         if not any(f.get("loads") for p in sw.points if p.state == i for f in p.files)
     ]
-    trial.sweep = [p.to_dict() for p in sw.points]
-    trial.findings += _summary(ctx, sw, target.index, unloadable)
-    return not failed and not unloadable
+    yield Swept(dataclasses.replace(measured, sweep=[p.to_dict() for p in sw.points]).found(
+        *_summary(ctx, sw, target.index, unloadable)), not failed and not unloadable)
 
 
 def _resume_state(ctx: Context, armed: Armed, entries: List[crash.Entry], state: int, table: score.DigestTable,
-                  crash_step: Optional[int]) -> Tuple[str, bool]:
-    """Rebuild one disk state in a fresh sandbox and resume the job there: its outcome in words, and whether it
-    met the scenario's expectation."""
-    work, last_good = armed.work, ctx.trial.last_good_step
+                  last_good: Optional[int]) -> Tuple[str, bool, Optional[int]]:
+    """Rebuild one disk state in a fresh sandbox and resume the job there: its outcome in words, whether it met
+    the scenario's expectation, and the step it resumed from."""
+    work = armed.work
     box = sandbox.create(work, ctx.sandbox_root / f"sweep-{state}")
     crash.materialize(entries, armed.roots, lambda p: str(box / os.path.relpath(p, work.resolve())))
     result = ctx.launch(f"resume-state-{state}", ctx.opts.resume_command, box, stop=resume_stop(ctx))
@@ -67,9 +82,7 @@ def _resume_state(ctx: Context, armed: Armed, entries: List[crash.Entry], state:
     outcome = rec.outcome + (f" (step {rec.recovered_step})" if rec.recovered_step is not None else "")
     if rec.error:
         outcome += f": {render.describe_error(rec.error, rec.error_path is not None)}"
-    if rec.recovered_step is not None:  # the most work any resumed state lost
-        ctx.trial.lost_steps = max(ctx.trial.lost_steps or 0, (crash_step or 0) - rec.recovered_step)
-    return outcome, rec.outcome in ctx.scenario.expect.recovered
+    return outcome, rec.outcome in ctx.scenario.expect.recovered, rec.recovered_step
 
 
 def _summary(ctx: Context, sw: sweep.Sweep, save: int, unloadable: List[int]) -> List[Finding]:

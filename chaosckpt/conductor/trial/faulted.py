@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from chaosckpt.conductor.disk import checkpoints
-from chaosckpt.conductor.results.result import Finding
+from chaosckpt.conductor.results.result import FaultRecord, Finding, Outcome
 from chaosckpt.conductor.runs.launcher import RunResult
 from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog
 from chaosckpt.conductor.trial import score
@@ -30,6 +30,8 @@ class Faulted:
     """The process the fault fired in."""
     step: Optional[int]
     """The global step that process had reached when the fault fired."""
+    fault: FaultRecord
+    """Where the fault struck, as the verdict reports it."""
     completed: list
     """The checkpoints that process completed before the fault."""
     gone: list = dataclasses.field(default_factory=list)
@@ -47,7 +49,7 @@ class Faulted:
 
 
 def faulted(ctx: Context, armed: Armed, reference: RunLog) -> Faulted:
-    """Run the job with the fault armed; record in the verdict where it fired and what it left on disk."""
+    """Run the job with the fault armed: where it fired and what it left on disk."""
     fault = armed.fault
     result = ctx.launch("faulted", ctx.opts.command, armed.work, fault, hold=ctx.scenario.kind.hold(reference, fault),
                         stop=run_stop(ctx), cut=armed.cut)
@@ -67,12 +69,10 @@ def faulted(ctx: Context, armed: Armed, reference: RunLog) -> Faulted:
 
 def caught(ctx: Context, armed: Armed, result: Optional[RunResult], log: RunLog, proc: ProcessLog,
            step: Optional[int]) -> Faulted:
-    """Where the fault fired in ``proc`` and what the job had saved by then, into the verdict."""
+    """Where the fault fired in ``proc`` and what the job had saved by then."""
     event = proc.fault
     completed = proc.completed_saves(before=event["ts"]) + checkpoints.good_part(checkpoints.interrupted_save(proc))
-    run = Faulted(result, log, proc, step, completed, checkpoints.gone(completed))
-    ctx.trial.last_good_step = run.last_good
-    ctx.trial.fault = {
+    fault: FaultRecord = {
         "kind": event["fault"],
         "save": event["save"],
         "step": step,
@@ -80,7 +80,7 @@ def caught(ctx: Context, armed: Armed, result: Optional[RunResult], log: RunLog,
         "path": rel(event.get("path"), armed.work),
         "files": files_after_fault(ctx, proc, armed.work),
     }
-    return run
+    return Faulted(result, log, proc, step, fault, completed, checkpoints.gone(completed))
 
 
 def files_after_fault(ctx: Context, proc: ProcessLog, work: Path) -> dict:
@@ -89,20 +89,20 @@ def files_after_fault(ctx: Context, proc: ProcessLog, work: Path) -> dict:
             for path, host in ((p, ctx.host_path(p, work)) for p in proc.paths())}
 
 
-def save_damage(ctx: Context, run: Faulted, armed: Armed) -> List[Finding]:
-    """What the interrupted save did to the files the resume tripped over: a torn file, an overwritten
-    last good checkpoint."""
-    proc, trial, work = run.proc, ctx.trial, armed.work
+def save_damage(ctx: Context, run: Faulted, armed: Armed, outcome: Outcome, error_path: Optional[str]) -> List[Finding]:
+    """What the interrupted save did to the file the resume tripped over (``error_path``; ``outcome``: where
+    the resume started): a torn file, an overwritten last good checkpoint."""
+    proc, work = run.proc, armed.work
     broken = [s for s in proc.saves if s.index == proc.fault["save"]]
     mid_save = "write" in proc.fault
     struck = proc.fault.get("path") or (broken[0].path if broken else None)
-    if not mid_save or not broken or struck is None or trial.outcome == "last-good":
+    if not mid_save or not broken or struck is None or outcome == "last-good":
         return []
     path = rel(struck, work)
-    if trial.error_path != path and (trial.error_path is not None or trial.outcome != "crashed"):
+    if error_path != path and (error_path is not None or outcome != "crashed"):
         return []  # the resume tripped over another file (a crash outside torch.load names none: this one)
     findings = []
-    left = trial.fault["files"].get(path)
+    left = run.fault["files"].get(path)
     full = armed.file_bytes.get(path, armed.full_bytes)
     if left is not None and left < full and os.path.isfile(ctx.host_path(struck, work)):
         findings.append(

@@ -8,12 +8,14 @@ process; ranks that came back from different steps are a finding of their own.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
-from chaosckpt.conductor.results.result import Finding, RankRecord, Trial
+from chaosckpt.conductor.results.result import Finding, RankRecord
 from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog
 from chaosckpt.conductor.trial import coverage, score
+from chaosckpt.conductor.trial.measured import Measured
 
 
 def last_good(faulted: RunLog) -> Optional[int]:
@@ -128,36 +130,20 @@ def hung(ranks: List[Dict], timeout_s: float) -> Finding:
     )
 
 
-def judge(trial: Trial, reference: RunLog, faulted: RunLog, resume: RunLog, resume_rc: Optional[int],
-          stderr_tail: str, tolerance: float) -> bool:
-    """Per-rank verdicts and data coverage into ``trial``; False when the coverage fails it whatever rank 0 did
-    (ranks that resumed from different steps fail it by their ``ranks-disagree`` finding).
-
-    For a multi-rank job the headline fields (last good step, outcome, recovered step) become the job's
-    and rank 0's, judged against the last step every rank had saved.
-    """
+def judge(measured: Measured, reference: RunLog, faulted: RunLog, resume: RunLog, resume_rc: Optional[int],
+          stderr_tail: str, tolerance: float) -> Tuple[Measured, bool]:
+    """``measured`` with the per-rank verdicts and the data coverage; False when the coverage fails the trial
+    whatever rank 0 did (ranks that resumed from different steps fail it by their ``ranks-disagree`` finding)."""
     findings = coverage.epoch_never_set(reference)
     baseline = coverage.partition(reference, "uninterrupted run")
     findings += baseline
     ok = True
-    recovered: Dict[int, Optional[int]] = {0: trial.recovered_step}
+    recovered: Dict[int, Optional[int]] = {0: measured.recovered_step}
     if max(reference.world_size(), resume.world_size()) > 1:
         good = last_good(faulted)
         ranks = verdicts(reference, faulted, resume, resume_rc, stderr_tail, good, tolerance)
-        trial.ranks = [v.record() for v in ranks]
+        measured = _of_the_job(measured, ranks, good, faulted)
         recovered = {v.rank: v.recovered_step for v in ranks}
-        first = ranks[0]
-        trial.last_good_step = good
-        trial.outcome = first.outcome
-        trial.recovered_step = first.recovered_step
-        if first.recovered_step is not None and trial.fault is not None:
-            trial.lost_steps = max(0, (trial.fault.get("step") or 0) - first.recovered_step)
-        trial.fault = {**(trial.fault or {}), "rank": faulted_rank(faulted)}
-        diverged = [v for v in ranks if v.reproduced is False]
-        if diverged:
-            trial.reproduced = False
-            trial.first_divergent_step = min((v.first_divergent_step for v in diverged if v.first_divergent_step),
-                                             default=None)
         split = disagreement(ranks)
         if split is not None:
             findings.append(split)
@@ -166,8 +152,26 @@ def judge(trial: Trial, reference: RunLog, faulted: RunLog, resume: RunLog, resu
         findings += resumed
         ok = ok and not resumed
     findings += coverage.order(reference, resume, recovered)
-    trial.findings.extend(findings)
-    return ok
+    return measured.found(*findings), ok
+
+
+def _of_the_job(measured: Measured, ranks: List[RankVerdict], good: Optional[int], faulted: RunLog) -> Measured:
+    """For a multi-rank job the headline fields (last good step, outcome, recovered step) become the job's
+    and rank 0's, judged against the last step every rank had saved; any rank that diverged makes the job's
+    trajectory diverge."""
+    first = ranks[0]
+    fault = measured.fault
+    lost = measured.lost_steps
+    if first.recovered_step is not None and fault is not None:
+        lost = max(0, (fault.get("step") or 0) - first.recovered_step)
+    measured = dataclasses.replace(
+        measured, ranks=tuple(v.record() for v in ranks), last_good_step=good, outcome=first.outcome,
+        recovered_step=first.recovered_step, lost_steps=lost, fault={**(fault or {}), "rank": faulted_rank(faulted)})
+    diverged = [v for v in ranks if v.reproduced is False]
+    if diverged:
+        measured = dataclasses.replace(measured, reproduced=False, first_divergent_step=min(
+            (v.first_divergent_step for v in diverged if v.first_divergent_step), default=None))
+    return measured
 
 
 def faulted_rank(faulted: RunLog) -> Optional[int]:

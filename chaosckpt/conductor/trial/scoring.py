@@ -1,9 +1,10 @@
-"""Step 6: the verdict: where the resumed job started, whether it reproduced the trajectory, and, for a
+"""Step 6: the verdict's measures: where the resumed job started, whether it reproduced the trajectory, and, for a
 multi-rank job, whether every rank did."""
 
 from __future__ import annotations
 
-from typing import Optional
+import dataclasses
+from typing import List, NamedTuple, Optional
 
 from chaosckpt.conductor.disk import copies
 from chaosckpt.conductor.results.result import Finding
@@ -14,119 +15,118 @@ from chaosckpt.conductor.trial.aftermath import lost_checkpoint
 from chaosckpt.conductor.trial.arm import Armed
 from chaosckpt.conductor.trial.context import Context, rel
 from chaosckpt.conductor.trial.faulted import Faulted, checkpoint_findings, save_damage
+from chaosckpt.conductor.trial.measured import Measured
 from chaosckpt.conductor.trial.options import Stop
 from chaosckpt.conductor.trial.resume import Resumed
 
 
-def score_trial(ctx: Context, reference: RunLog, armed: Armed, run: Faulted, resumed: Resumed) -> bool:
-    """Fill the verdict from the three runs; whether they met the scenario's expectation (a resume that exited
-    non-zero is an error finding, which fails the trial by itself)."""
+class Scored(NamedTuple):
+    """What scoring measured, and what ``met`` needs to tell whether it met the scenario's expectation."""
+
+    measured: Measured
+    baseline: Optional[int]
+    """The step at which the faulted run already differed from the reference before its fault, if any."""
+    ranks_ok: bool
+    """False when the data coverage of the ranks fails the trial whatever rank 0 did."""
+    resumed: Resumed
+    stop: Optional[Stop] = None
+    """A resume that hung with nothing to explain it: the trial stops once what it measured is kept."""
+
+
+def score_trial(ctx: Context, reference: RunLog, armed: Armed, run: Faulted, resumed: Resumed) -> Scored:
+    """The verdict's fields from the three runs (a resume that exited non-zero is an error finding, which fails
+    the trial by itself)."""
     ref = reference.trainer()
-    recovered(ctx, ref, armed, run, resumed)
-    baseline = _baseline(ctx, ref, run)
+    measured = recovered(ctx, ref, armed, run, resumed)
+    baseline = score.baseline_divergence(run.log.trainer() or run.proc, ref, ctx.opts.tolerance)
+    if baseline is not None:
+        measured = measured.found(_nondeterministic(baseline))
     resume_trainer = resumed.log.trainer()
-    if ctx.trial.recovered_step is not None and resume_trainer is not None:
-        compare(ctx, ref, resume_trainer, ctx.trial.recovered_step)
-    ranks_ok = _ranks(ctx, reference, run, resumed)
-    _exited(ctx, resumed)
-    return _met(ctx, baseline, ranks_ok, resumed)
+    if measured.recovered_step is not None and resume_trainer is not None:
+        measured = measured.traced(score.trajectory(ref, resume_trainer, measured.recovered_step, ctx.opts.tolerance))
+    result = resumed.result
+    measured, ok = ranks.judge(measured, reference, run.log, resumed.log, result.returncode,
+                               score.crash_line(resumed.log, result.stderr), ctx.opts.tolerance)
+    stop = None
+    if result.timed_out:
+        if ok and not any(f.kind == "ranks-disagree" for f in measured.findings):
+            stop = Stop("timeout", f"the resume run did not finish within {ctx.opts.timeout_s:g} s"
+                        + (f": {ranks.where(list(measured.ranks))}" if measured.ranks else "") + f" (see {result.stderr})")
+        else:
+            measured = measured.found(ranks.hung(list(measured.ranks), ctx.opts.timeout_s))
+    return Scored(_exited(measured, resumed), baseline, ok, resumed, stop)
 
 
-def recovered(ctx: Context, ref: ProcessLog, armed: Armed, run: Faulted, resumed: Resumed) -> None:
+def recovered(ctx: Context, ref: ProcessLog, armed: Armed, run: Faulted, resumed: Resumed) -> Measured:
     """Which checkpoint the resumed job started from, the work lost, and what the fault did to the files."""
-    trial = ctx.trial
     table = score.digest_table(run.proc, run.log.trainer(), ref)
     result = resumed.result
     crash = score.crash_line(resumed.log, result.stderr)
     rec = score.recovery(resumed.log, result.returncode, crash, run.last_good, table)
-    trial.outcome = rec.outcome
-    trial.recovered_step = rec.recovered_step
-    trial.error = rec.error
-    trial.error_path = rel(rec.error_path, armed.work)
+    lost = None
     if rec.recovered_step is not None:
-        trial.lost_steps = max(0, (run.step or 0) - rec.recovered_step)
+        lost = max(0, (run.step or 0) - rec.recovered_step)
     elif rec.outcome == "crashed":
-        trial.lost_steps = run.step
-    if rec.outcome == "scratch" and ctx.opts.resume_command == ctx.opts.command:
-        trial.findings.append(Finding(
+        lost = run.step
+    measured = Measured(run.fault, run.last_good, outcome=rec.outcome, recovered_step=rec.recovered_step,
+                        error=rec.error, error_path=rel(rec.error_path, armed.work), lost_steps=lost)
+    return measured.found(*_damage(ctx, armed, run, resumed, measured))
+
+
+def _damage(ctx: Context, armed: Armed, run: Faulted, resumed: Resumed, measured: Measured) -> List[Finding]:
+    """What the fault did to the files the resume found, and a resume that did not resume."""
+    found = []
+    if measured.outcome == "scratch" and ctx.opts.resume_command == ctx.opts.command:
+        found.append(Finding(
             "resume-not-resuming",
             "the resume ran the training command unchanged and the job started from scratch: it may not be "
             "resuming at all; if it loads its checkpoint only when told (a --resume flag, a checkpoint path), "
             "give that with --resume-args, e.g. --resume-args=--resume"))
-    trial.findings.extend(save_damage(ctx, run, armed))
-    trial.findings.extend(checkpoint_findings(run, resumed.log, rec.error, lambda p: rel(p, armed.work) or p))
-    if armed.disk is not None and ctx.scenario.kind.needs_aftermath and run.completed and rec.outcome != "last-good":
-        trial.findings.append(lost_checkpoint(ctx, run.completed[-1], run.log.ops(), armed))
-    if armed.disk is not None and ctx.scenario.kind.needs_aftermath and run.completed:
-        trial.findings.extend(copies.lost(run.completed[-1], run.log.ops(), armed.disk, ctx.scenario.trigger.model,
-                                          lambda p: rel(p, armed.work) or p))
+    found += save_damage(ctx, run, armed, measured.outcome, measured.error_path)
+    found += checkpoint_findings(run, resumed.log, measured.error, lambda p: rel(p, armed.work) or p)
+    power_lost = armed.disk is not None and ctx.scenario.kind.needs_aftermath and run.completed
+    if power_lost and measured.outcome != "last-good":
+        found.append(lost_checkpoint(ctx, run.completed[-1], run.log.ops(), armed, measured.error_path))
+    if power_lost:
+        found += copies.lost(run.completed[-1], run.log.ops(), armed.disk, ctx.scenario.trigger.model,
+                             lambda p: rel(p, armed.work) or p)
+    return found
 
 
-def _baseline(ctx: Context, ref: ProcessLog, run: Faulted) -> Optional[int]:
-    """The step at which the faulted run already differed from the reference before its fault, if any."""
-    baseline = score.baseline_divergence(run.log.trainer() or run.proc, ref, ctx.opts.tolerance)
-    if baseline is not None:
-        ctx.trial.findings.append(
-            Finding(
-                "baseline-nondeterministic",
-                f"before any fault, the job's step {baseline} already differed from the uninterrupted run: "
-                "two runs of the same command do not agree, so a resume cannot be judged against them; "
-                "seed every random stream and use deterministic algorithms",
-                {"step": baseline},
-            )
-        )
-    return baseline
+def _nondeterministic(baseline: int) -> Finding:
+    return Finding(
+        "baseline-nondeterministic",
+        f"before any fault, the job's step {baseline} already differed from the uninterrupted run: "
+        "two runs of the same command do not agree, so a resume cannot be judged against them; "
+        "seed every random stream and use deterministic algorithms",
+        {"step": baseline},
+    )
 
 
-def compare(ctx: Context, ref: ProcessLog, run: ProcessLog, start: int) -> None:
-    """The trajectory of ``run`` from global step ``start`` + 1 against the reference's, into the verdict."""
-    trial = ctx.trial
-    traj = score.trajectory(ref, run, start, ctx.opts.tolerance)
-    trial.reproduced = traj.reproduced
-    trial.compared_steps = traj.compared
-    trial.first_divergent_step = traj.first_divergent_step
-    trial.max_loss_diff = traj.max_loss_diff
-    trial.findings.extend(traj.findings)
-
-
-def _ranks(ctx: Context, reference: RunLog, run: Faulted, resumed: Resumed) -> bool:
-    """Per-rank verdicts and data coverage (ranks that disagree fail the trial by their error finding); a resume
-    that hung is inconclusive unless the ranks explain it."""
-    trial, result = ctx.trial, resumed.result
-    ok = ranks.judge(trial, reference, run.log, resumed.log, result.returncode, score.crash_line(resumed.log, result.stderr),
-                     ctx.opts.tolerance)
-    if result.timed_out:
-        if ok and not any(f.kind == "ranks-disagree" for f in trial.findings):
-            raise Stop("timeout", f"the resume run did not finish within {ctx.opts.timeout_s:g} s"
-                       + (f": {ranks.where(trial.ranks)}" if trial.ranks else "") + f" (see {result.stderr})")
-        trial.findings.append(ranks.hung(trial.ranks, ctx.opts.timeout_s))
-    return ok
-
-
-def _exited(ctx: Context, resumed: Resumed) -> None:
+def _exited(measured: Measured, resumed: Resumed) -> Measured:
     """A resume that exited non-zero after its load (not one that crashed loading, hung, or reached its
     horizon): the exit leads the findings, with the rank, exception, step and the job's function."""
-    trial, result = ctx.trial, resumed.result
-    if result.timed_out or result.stopped or trial.outcome == "crashed":
-        return
+    result = resumed.result
+    if result.timed_out or result.stopped or measured.outcome == "crashed":
+        return measured
     at_exit = exits.after_exit(resumed.log, result.returncode, result.stderr, "the resumed run")
     if at_exit is not None:
-        trial.findings.append(at_exit)
-        return
-    starts = {r["rank"]: r["recovered_step"] for r in trial.ranks} if trial.ranks else {0: trial.recovered_step}
+        return measured.found(at_exit)
+    starts = {r["rank"]: r["recovered_step"] for r in measured.ranks} if measured.ranks else {0: measured.recovered_step}
     exited = exits.resume_exit(resumed.log, result.returncode, starts, score.crash_line(resumed.log, result.stderr))
-    if exited is not None:
-        trial.findings.insert(0, exited)
+    return measured if exited is None else dataclasses.replace(measured, lead=exited)
 
 
-def _met(ctx: Context, baseline: Optional[int], ranks_ok: bool, resumed: Resumed) -> bool:
+def met(ctx: Context, scored: Scored) -> bool:
     """Whether the resume started where the scenario expects and, where it asks, reproduced the trajectory; a
-    trajectory that cannot be judged stops the trial."""
-    trial, expect = ctx.trial, ctx.scenario.expect
-    recovered_ok = trial.outcome in expect.recovered
-    if recovered_ok and baseline is not None and expect.reproduced:
+    trajectory that cannot be judged, or a hang nothing explains, stops the trial."""
+    if scored.stop is not None:
+        raise scored.stop
+    measured, expect = scored.measured, ctx.scenario.expect
+    recovered_ok = measured.outcome in expect.recovered
+    if recovered_ok and scored.baseline is not None and expect.reproduced:
         raise Stop("baseline-nondeterministic", f"the faulted run differed from the uninterrupted one at step "
-                   f"{baseline}, before the fault; seed every random stream and use deterministic algorithms")
-    if recovered_ok and expect.reproduced and trial.reproduced is None:
-        raise Stop("resume-took-no-steps", f"the resumed job exited with status {resumed.result.returncode} without a step")
-    return ranks_ok and recovered_ok and bool(trial.reproduced or not expect.reproduced)
+                   f"{scored.baseline}, before the fault; seed every random stream and use deterministic algorithms")
+    if recovered_ok and expect.reproduced and measured.reproduced is None:
+        raise Stop("resume-took-no-steps", f"the resumed job exited with status {scored.resumed.result.returncode} without a step")
+    return scored.ranks_ok and recovered_ok and bool(measured.reproduced or not expect.reproduced)

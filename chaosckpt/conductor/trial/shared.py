@@ -29,7 +29,7 @@ from chaosckpt import protocol
 from chaosckpt.conductor.disk import crash
 from chaosckpt.conductor.faults import arming
 from chaosckpt.conductor.results import atomic
-from chaosckpt.conductor.results.result import RunRecord, Trial
+from chaosckpt.conductor.results.result import FaultRecord, RunRecord
 from chaosckpt.conductor.runs import confinement, sandbox
 from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog, Save
 from chaosckpt.conductor.scenario import Scenario
@@ -39,7 +39,7 @@ from chaosckpt.conductor.trial.context import Context, rel
 from chaosckpt.conductor.trial.faulted import Faulted, caught, files_after_fault
 from chaosckpt.conductor.trial.options import Stop, TrialOptions
 from chaosckpt.conductor.trial.plan import place, run_stop
-from chaosckpt.conductor.trial.reference import reference
+from chaosckpt.conductor.trial.reference import reference, usable
 
 RECORD = "prefix.json"
 """In the prefix's folder once its run is in: the run's record, its sandbox and checkpoint directories."""
@@ -62,10 +62,8 @@ def shareable(scenario: Scenario, nproc: int) -> Optional[int]:
 def make_prefix(scenario: Scenario, opts: TrialOptions) -> int:
     """A suite worker's shared run, in ``opts.results_dir``; 0 when it is ready for the trials, else 1 (the
     trials then run their own faulted runs)."""
-    trial = Trial(scenario=scenario.name, status="inconclusive", headline="", params=scenario.params(),
-                  tolerance=opts.tolerance, horizon=opts.horizon, results_dir=str(opts.results_dir))
     try:
-        run_prefix(Context(scenario, opts, trial))
+        run_prefix(Context(scenario, opts))
     except Stop as stop:
         print(f"chaosckpt: no shared faulted run: {stop.detail}", file=sys.stderr)
         return 1
@@ -74,7 +72,9 @@ def make_prefix(scenario: Scenario, opts: TrialOptions) -> int:
 
 def run_prefix(ctx: Context) -> None:
     """The shared run: the job journaled up to the end of save ``k``, halted there, its sandbox kept."""
-    ref_log = reference(ctx)
+    ref = reference(ctx)
+    usable(ctx, ref)
+    ref_log = ref.log
     place(ctx, ref_log)
     save = ctx.scenario.trigger.save
     work = ctx.sandbox("faulted")
@@ -91,7 +91,7 @@ def run_prefix(ctx: Context) -> None:
     if not result.fault_fired:
         raise Stop("fault-not-triggered", f"the shared run ended without completing save {save}")
     atomic.write_text(ctx.opts.results_dir / DISK, json.dumps(disk.to_dict()))
-    record = dataclasses.asdict(ctx.trial.runs[-1])
+    record = dataclasses.asdict(ctx.runs[-1])
     atomic.write_text(ctx.opts.results_dir / RECORD,
                       json.dumps({"work": str(work), "roots": roots, "save": save, "run": record}, indent=2) + "\n")
 
@@ -127,13 +127,11 @@ def rebuild(ctx: Context, armed: Armed, prefix: Path) -> Optional[Faulted]:
     moved = _adopt(Path(stored["work"]), armed.work)
     crash.materialize(entries, stored["roots"], moved)
     cut = _cut_at(proc, target, applied, write, at, moved)
-    ctx.trial.runs.append(record)
-    run = Faulted(None, RunLog([cut]), cut, step, [s for s in cut.saves[:-1] if s.ok])
-    ctx.trial.last_good_step = run.last_good
-    ctx.trial.fault = {"kind": "halt", "save": target.index, "step": step, "write": write, "bytes": at,
-                       "path": rel(cut.saves[-1].path, armed.work), "files": files_after_fault(ctx, cut, armed.work),
-                       "shared": str(prefix)}
-    return run
+    ctx.runs.append(record)
+    fault: FaultRecord = {"kind": "halt", "save": target.index, "step": step, "write": write, "bytes": at,
+                          "path": rel(cut.saves[-1].path, armed.work), "files": files_after_fault(ctx, cut, armed.work),
+                          "shared": str(prefix)}
+    return Faulted(None, RunLog([cut]), cut, step, fault, [s for s in cut.saves[:-1] if s.ok])
 
 
 def _record(stored: dict) -> RunRecord:
@@ -186,10 +184,9 @@ def _journaled(ctx: Context, armed: Armed, prefix: Path, stored: dict) -> Option
     _adopt(Path(stored["work"]), armed.work)
     armed.disk, armed.end = initial.relocated(moved), final.relocated(moved)
     armed.native = [moved(p) for p in native]
-    ctx.trial.runs.append(record)
+    ctx.runs.append(record)
     run = caught(ctx, armed, None, log, proc, step)
-    ctx.trial.fault = {**(ctx.trial.fault or {}), "shared": str(prefix)}
-    return run
+    return dataclasses.replace(run, fault={**run.fault, "shared": str(prefix)})
 
 
 def _cut_at_op(files: List[List[dict]], at_op: int) -> Optional[List[List[dict]]]:

@@ -78,6 +78,18 @@ def unsettled(findings: Sequence[Finding]) -> Optional[Finding]:
     return next((f for f in findings if f.kind in UNSETTLING and not f.ignored), None)
 
 
+def decided(trial: Trial, met: Optional[bool], ignore: Sequence[str]) -> Trial:
+    """``trial`` with its verdict: its findings as reported (``settle``), its status (``status``) and, when a
+    finding left it inconclusive with no other reason given, that finding's reason (``UNSETTLING``)."""
+    findings = settle(trial.findings, ignore, trial.reproduced)
+    decided_status = status(met, findings)
+    lead = unsettled(findings)
+    if decided_status == "inconclusive" and trial.reason is None and lead is not None:
+        return dataclasses.replace(trial, findings=findings, status=decided_status, reason=UNSETTLING[lead.kind],
+                                   detail=lead.message)
+    return dataclasses.replace(trial, findings=findings, status=decided_status)
+
+
 def cause(trial: Trial) -> Optional[Finding]:
     """The finding the headline names: for a failed trial, what failed it ahead of where it resumed from (the
     resume's exit, a lost copy of a checkpoint the resume still loaded, ranks that disagree); else the first
