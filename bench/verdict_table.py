@@ -87,7 +87,7 @@ FRAMEWORK_JOBS = {
                       ("--resume-complete",), nproc=2),
 }
 
-SINGLE = "rank-epoch-skew holds one rank mid-save while the others finish theirs; with one rank it is kill9-mid-save"
+SINGLE = "rank-epoch-skew needs a job of 2 or more ranks: a one-rank job is refused at once, nothing run"
 LIGHTNING_FILE_OBJECT = ("Lightning never fsyncs: the checkpoint it saves into memory and moves in from a temporary "
                          "file comes back empty, and fit(ckpt_path='last') crashes loading it")
 
@@ -97,22 +97,22 @@ ROWS: List[Tuple[str, str, str, str, str]] = [
     ("robust_train", "enospc", "PASSED", "last-good", "the full disk fails the temporary file; last.pt is intact"),
     ("robust_train", "power-loss", "PASSED", "last-good", "data and name are fsynced before the save returns"),
     ("robust_train", "eval-left-on", "PASSED", "last-good", "model.train() at the start of every epoch"),
-    ("robust_train", "rank-epoch-skew", "PASSED", "last-good", SINGLE),
+    ("robust_train", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
     ("naive_train", "kill9-mid-save", "FAILED", "crashed, torn-checkpoint", "torch.save straight over its only checkpoint"),
     ("naive_train", "enospc", "FAILED", "crashed, torn-checkpoint", "torch.save straight over its only checkpoint"),
     ("naive_train", "power-loss", "FAILED", "crashed, acknowledged-checkpoint-lost", "no fsync: the data is lost"),
     ("naive_train", "eval-left-on", "FAILED", "last-good, eval-mode-in-training", "never calls model.train()"),
-    ("naive_train", "rank-epoch-skew", "FAILED", "crashed, torn-checkpoint", SINGLE),
+    ("naive_train", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
     ("lightning_train", "kill9-mid-save", "PASSED", "last-good", "save_last='link' and an RNG callback"),
     ("lightning_train", "enospc", "PASSED", "last-good", "the failed save never replaces last.ckpt"),
     ("lightning_train", "power-loss", "FAILED", "crashed, acknowledged-checkpoint-lost", LIGHTNING_FILE_OBJECT),
     ("lightning_train", "eval-left-on", "PASSED", "last-good", "self.train() at every epoch start"),
-    ("lightning_train", "rank-epoch-skew", "PASSED", "last-good", SINGLE),
+    ("lightning_train", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
     ("train_job", "kill9-mid-save", "PASSED", "last-good", "atomic save; every random stream restored"),
     ("train_job", "enospc", "PASSED", "last-good", "atomic save"),
     ("train_job", "power-loss", "PASSED", "last-good", "fsync and directory fsync"),
     ("train_job", "eval-left-on", "FAILED", "last-good, eval-mode-in-training", "never calls model.train()"),
-    ("train_job", "rank-epoch-skew", "PASSED", "last-good", SINGLE),
+    ("train_job", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
     ("lightning_job", "kill9-mid-save", "FAILED", "older, rng-not-restored",
      "save_last=True: killed in checkpoint 2's last.ckpt, fit(ckpt_path='last') resumes from step 4 although "
      "epoch=1-step=8.ckpt is complete; its loader's generator is not saved either"),
@@ -122,7 +122,7 @@ ROWS: List[Tuple[str, str, str, str, str]] = [
     ("lightning_job", "eval-left-on", "FAILED", "last-good, eval-mode-in-training",
      "Lightning keeps the mode a module is in (checked: it trained in eval mode); its loader's generator is not "
      "saved either"),
-    ("lightning_job", "rank-epoch-skew", "FAILED", "older, rng-not-restored", SINGLE),
+    ("lightning_job", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
     ("ddp_job", "kill9-mid-save", "PASSED", "last-good", "rank 0 saves atomically; the epoch is in the checkpoint"),
     ("ddp_job", "enospc", "PASSED", "last-good", "rank 0 saves atomically"),
     ("ddp_job", "power-loss", "PASSED", "last-good", "fsync before the rename"),
@@ -132,7 +132,7 @@ ROWS: List[Tuple[str, str, str, str, str]] = [
     ("place_job", "enospc", "PASSED", "last-good", "the full disk fails the temporary file; last.pt is intact"),
     ("place_job", "power-loss", "PASSED", "last-good", "data fsynced before the rename (ordered model)"),
     ("place_job", "eval-left-on", "PASSED", "last-good", "a linear model: eval mode computes the same"),
-    ("place_job", "rank-epoch-skew", "PASSED", "last-good", SINGLE),
+    ("place_job", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
     ("writers_job", "kill9-mid-save", "FAILED", "crashed, torn-checkpoint",
      "the kill lands in state.json, written in place by open(): the resume cannot parse it"),
     ("writers_job", "enospc", "FAILED", "crashed, torn-checkpoint",
@@ -140,20 +140,20 @@ ROWS: List[Tuple[str, str, str, str, str]] = [
     ("writers_job", "power-loss", "FAILED", "crashed, acknowledged-checkpoint-lost",
      "no fsync: every file of the checkpoint comes back empty"),
     ("writers_job", "eval-left-on", "PASSED", "last-good", "a linear model: eval mode computes the same"),
-    ("writers_job", "rank-epoch-skew", "FAILED", "crashed, torn-checkpoint", SINGLE),
+    ("writers_job", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
     ("membuf_job", "kill9-mid-save", "FAILED", "crashed, torn-checkpoint",
      "serialized into a BytesIO, then written over last.pt: the kill lands in that file write, not in memory"),
     ("membuf_job", "enospc", "FAILED", "crashed, torn-checkpoint",
      "the full disk fails the write of the in-memory checkpoint over last.pt, never the BytesIO"),
     ("membuf_job", "power-loss", "FAILED", "crashed, acknowledged-checkpoint-lost", "no fsync: last.pt comes back empty"),
     ("membuf_job", "eval-left-on", "FAILED", "last-good, eval-mode-in-training", "never calls model.train()"),
-    ("membuf_job", "rank-epoch-skew", "FAILED", "crashed, torn-checkpoint", SINGLE),
+    ("membuf_job", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
     ("membuf_robust", "kill9-mid-save", "PASSED", "last-good",
      "the in-memory checkpoint goes to a temporary file, fsynced, renamed over last.pt, folder fsynced"),
     ("membuf_robust", "enospc", "PASSED", "last-good", "the full disk fails the temporary file; last.pt is intact"),
     ("membuf_robust", "power-loss", "PASSED", "last-good", "data and name fsynced before the save returns"),
     ("membuf_robust", "eval-left-on", "FAILED", "last-good, eval-mode-in-training", "never calls model.train()"),
-    ("membuf_robust", "rank-epoch-skew", "PASSED", "last-good", SINGLE),
+    ("membuf_robust", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
 ]
 
 SWEEP_ROWS: List[Tuple[str, str, str, str, str]] = [
@@ -231,7 +231,7 @@ def run_row(job: Job, scenario: str, scratch: Path, sweep: bool = False) -> Tupl
         trial = json.loads(proc.stdout)["trials"][0]
     except (ValueError, KeyError, IndexError):
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return "ERROR", f"exit {proc.returncode}", tail
+        return "REFUSED" if proc.returncode == 2 else "ERROR", f"exit {proc.returncode}", tail
     return trial["status"].upper(), cause(trial), trial["headline"]
 
 

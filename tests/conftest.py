@@ -84,6 +84,14 @@ def project_with(tmp_path: Path, job: Path) -> Path:
     return root
 
 
+def judged(tmp_path: Path, job: Path, *args: str):
+    """Run ``job`` as ``train.py`` under ``chaosckpt run ARGS --json``; its exit status (0 or 1) and its trial."""
+    project = project_with(tmp_path, job)
+    res = run_chaosckpt(["run", "train.py", "--json", "--out", str(tmp_path / "r"), *args], cwd=project)
+    assert res.returncode in (0, 1), res.stdout + res.stderr
+    return res.returncode, res.trial
+
+
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     """A user's project folder holding the configurable test job as ``train.py``."""

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import project_with, run_chaosckpt
+from conftest import judged
 
 pytestmark = pytest.mark.e2e
 
@@ -17,10 +17,7 @@ JOB = Path(__file__).resolve().parent / "jobs" / "membuf_job.py"
 
 
 def trial(tmp_path, *args):
-    project = project_with(tmp_path, JOB)
-    res = run_chaosckpt(["run", "train.py", "--json", "--out", str(tmp_path / "r"), *args], cwd=project)
-    assert res.returncode in (0, 1), res.stdout + res.stderr
-    return res.returncode, res.trial
+    return judged(tmp_path, JOB, *args)
 
 
 @pytest.mark.parametrize("scenario,kind", [("kill9-mid-save", "halt"), ("enospc", "enospc")])

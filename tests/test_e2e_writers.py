@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import project_with, run_chaosckpt
+from conftest import judged
 
 pytestmark = pytest.mark.e2e
 
@@ -15,10 +15,7 @@ JOB = Path(__file__).resolve().parent / "jobs" / "writers_job.py"
 
 
 def trial(tmp_path, *args):
-    project = project_with(tmp_path, JOB)
-    res = run_chaosckpt(["run", "train.py", "--json", "--out", str(tmp_path / "r"), *args], cwd=project)
-    assert res.returncode in (0, 1), res.stdout + res.stderr
-    return res.returncode, res.trial
+    return judged(tmp_path, JOB, *args)
 
 
 def test_kill_at_half_the_checkpoint_lands_in_its_json_state_file(tmp_path):
