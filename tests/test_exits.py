@@ -33,3 +33,12 @@ def test_an_exit_without_an_exception_falls_back_to_the_last_error_line():
     finding = exits.resume_exit(run, 3, {0: 8}, "job failed on purpose")
     assert finding.message == "the resumed run exited with status 3: job failed on purpose"
     assert exits.resume_exit(run, 0, {0: 8}, "") is None
+
+
+def test_a_run_that_left_no_events_is_told_by_how_it_ended(tmp_path):
+    quiet, loud = tmp_path / "quiet.log", tmp_path / "loud.log"
+    quiet.write_text("")
+    loud.write_text("Traceback (most recent call last):\nModuleNotFoundError: No module named 'torch'\n")
+    assert exits.ended(-9, 0.37, quiet) == "it was killed by SIGKILL after 0.4 s, printing nothing"
+    assert exits.ended(1, 2.0, loud) == ("it exited with status 1 after 2.0 s, its last line: "
+                                         "ModuleNotFoundError: No module named 'torch'")

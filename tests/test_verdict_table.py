@@ -21,7 +21,11 @@ def test_every_example_and_test_job_meets_every_scenario_once():
     assert {j.path for j in [*table.JOBS.values(), *table.FRAMEWORK_JOBS.values(), *table.SWEEP_JOBS.values()]} == jobs
     pairs = [(job, scenario) for job, scenario, *_ in table.ROWS]
     assert sorted(pairs) == sorted((job, s) for job in table.JOBS for s in scenarios)
-    assert {expected for _, _, expected, _, _ in table.ROWS} <= {"PASSED", "FAILED"}
+    assert {expected for _, _, expected, _, _ in table.ROWS} <= {"PASSED", "FAILED", "REFUSED"}
+    refused = {job for job, scenario, expected, *_ in table.ROWS if expected == "REFUSED"}
+    assert all(scenario == "rank-epoch-skew" and table.JOBS[job].nproc == 1
+               for job, scenario, expected, *_ in table.ROWS if expected == "REFUSED")  # a one-rank job, at once
+    assert refused == {job for job, spec in table.JOBS.items() if spec.nproc == 1}
 
 
 def test_the_framework_table_has_each_framework_s_defect_and_a_robust_configuration():

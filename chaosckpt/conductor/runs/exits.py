@@ -44,6 +44,14 @@ def _signal_name(code: int) -> str:
         return f"signal {-code}"
 
 
+def ended(returncode: Optional[int], duration_s: float, stderr: Path) -> str:
+    """How a run that left no events ended, in words: its status or the signal that killed it, after how long,
+    and its last line on stderr when it printed one."""
+    how = f"was killed by {_signal_name(returncode)}" if returncode and returncode < 0 else f"exited with status {returncode}"
+    last = logcap.last_line(stderr, 300)
+    return f"it {how} after {duration_s:.1f} s, " + (f"its last line: {last}" if last else "printing nothing")
+
+
 def after_exit(log: RunLog, returncode: Optional[int], stderr: Path, run: str) -> Optional[Finding]:
     """A ``crash-at-exit`` finding when a run's non-zero status comes only from processes killed by a signal
     after their script had ended, every process having ended its script without an exception; else None.

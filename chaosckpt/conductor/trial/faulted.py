@@ -10,6 +10,7 @@ from typing import List, Optional
 
 from chaosckpt.conductor.disk import checkpoints
 from chaosckpt.conductor.results.result import FaultRecord, Finding, Outcome
+from chaosckpt.conductor.runs import exits
 from chaosckpt.conductor.runs.launcher import RunResult
 from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog
 from chaosckpt.conductor.trial import score
@@ -55,7 +56,8 @@ def faulted(ctx: Context, armed: Armed, reference: RunLog) -> Faulted:
                         stop=run_stop(ctx), cut=armed.cut)
     log = RunLog.read(result.events_dir)
     if not log.agent_loaded:
-        raise Stop("agent-not-loaded", f"no event came from the faulted run: {score.tail_line(result.stderr)}")
+        raise Stop("agent-not-loaded", "no event came from the faulted run: "
+                   + exits.ended(result.returncode, result.duration_s, result.stderr))
     proc, step = score.fault_point(log)
     if proc is None:
         ended = "reached its horizon" if result.stopped else f"finished (status {result.returncode})"

@@ -41,7 +41,7 @@ def reference(ctx: Context) -> Reference:
     stderr = Path(record.stderr)
     log = RunLog.read(Path(record.events))
     if not log.agent_loaded:
-        exit_note = f"; the job exited with status {record.returncode}: {score.tail_line(stderr)}" if record.returncode else ""
+        exit_note = f"; {exits.ended(record.returncode, record.duration_s, stderr)}" if record.returncode else ""
         raise Stop(
             "agent-not-loaded",
             "no event came from the job, so nothing can be scored; the agent needs a Python job that keeps "
