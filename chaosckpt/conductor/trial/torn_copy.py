@@ -44,7 +44,7 @@ def rewritten_at(resumed: RunLog, path: str, work: Path, start: int) -> Optional
     (``start``: the step the resumed run started from)."""
     saver = resumed.saver()
     for save in saver.completed_saves() if saver is not None else []:
-        if path in (rel(p, work) for p in save.paths()):
+        if path in (rel(p, work) for p in [*save.paths(), *(m["dst"] for m in save.moves if m.get("ok"))]):
             return start + save.step
     return None
 
