@@ -61,7 +61,7 @@ def finding(path: str, source: str, save: int, state: FileState, read: List[str]
              f"nothing rewrote it before the run ended, so whatever deploys or fine-tunes from {path} takes a torn file")
     return Finding(
         "torn-copy",
-        f"{path}, the copy of {source} copied straight into its final name, was left torn by the fault in save "
+        f"{path}, copied from {source} straight into its final name, was left torn by the fault in save "
         f"{save}: {size}{loads}. {resumed_from[0].upper()}{resumed_from[1:]}, so the resume was unaffected; {after}. "
         f"To fix it, {FIX.format(path=path)}",
         {"path": path, "copy_of": source, "save": save, "bytes": left, "full_bytes": state["full_bytes"],
