@@ -31,6 +31,16 @@ def test_a_kill_inside_the_copy_passes_with_the_torn_copy_named(tmp_path):
     assert torn["repaired_step"] is not None and f"step {torn['repaired_step']} wrote it whole again" in torn["message"]
 
 
+def test_a_kill_inside_the_first_copy_is_named_from_the_fault_event(tmp_path):
+    """Save 1's copy struck: no save-move of a copy was ever sent (the process died inside it); the fault event
+    says which copy it was inside."""
+    rc, t = judged(tmp_path, JOBS / "bestcopy_job.py", "-s", "kill9-mid-save", "-p", "save=1", "-p", 'file="best.pt"')
+    assert rc == 0 and t["status"] == "passed" and t["recovered_step"] == 8, t["headline"]
+    (torn,) = [f for f in t["findings"] if f["kind"] == "torn-copy"]
+    assert torn["path"] == "ckpt/best.pt" and torn["copy_of"] == "ckpt/last.pt" and torn["save"] == 1
+    assert torn["repaired_step"] == 16  # the resumed run's first save copies it whole again
+
+
 def test_a_default_kill_on_a_job_without_a_copy_names_no_torn_copy(tmp_path):
     rc, t = judged(tmp_path, ROBUST, "-s", "kill9-mid-save", "--", "--epochs", "3")
     assert rc == 0 and t["status"] == "passed", t["headline"]
