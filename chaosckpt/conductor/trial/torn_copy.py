@@ -55,14 +55,14 @@ def finding(path: str, source: str, save: int, state: FileState, read: List[str]
     ``state``; ``read``: the files the resume loaded; ``repaired``: the step whose save wrote it whole again."""
     left = state["bytes"]
     size = f"{left} of its {state['full_bytes']} bytes" if state["full_bytes"] is not None else f"{left} bytes"
-    loads = {True: "", False: ", and it does not load", None: ""}[state["loads"]]
-    resumed_from = f"the resume loaded {', '.join(read)}, not it" if read else "the resume does not read it"
+    loads = ", and it does not load" if state["loads"] is False else ""
+    resumed_from = f"The resume loaded {', '.join(read)}, not it" if read else "The resume does not read it"
     after = (f"the resumed run's save at step {repaired} wrote it whole again" if repaired is not None else
              f"nothing rewrote it before the run ended, so whatever deploys or fine-tunes from {path} takes a torn file")
     return Finding(
         "torn-copy",
         f"{path}, copied from {source} straight into its final name, was left torn by the fault in save "
-        f"{save}: {size}{loads}. {resumed_from[0].upper()}{resumed_from[1:]}, so the resume was unaffected; {after}. "
+        f"{save}: {size}{loads}. {resumed_from}, so the resume was unaffected by it; {after}. "
         f"To fix it, {FIX.format(path=path)}",
         {"path": path, "copy_of": source, "save": save, "bytes": left, "full_bytes": state["full_bytes"],
          "loads": state["loads"], "repaired_step": repaired},
