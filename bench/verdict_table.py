@@ -60,6 +60,7 @@ JOBS = {
     "writers_job": Job("tests/jobs/writers_job.py", "tests/jobs/writers_job.py", ()),
     "membuf_job": Job("tests/jobs/membuf_job.py", "tests/jobs/membuf_job.py", ()),
     "membuf_robust": Job("tests/jobs/membuf_job.py --robust", "tests/jobs/membuf_job.py", ("--robust",)),
+    "bestcopy_job": Job("tests/jobs/bestcopy_job.py", "tests/jobs/bestcopy_job.py", ()),
 }
 
 SWEEP_JOBS = {
@@ -154,6 +155,15 @@ ROWS: List[Tuple[str, str, str, str, str]] = [
     ("membuf_robust", "power-loss", "PASSED", "last-good", "data and name fsynced before the save returns"),
     ("membuf_robust", "eval-left-on", "FAILED", "last-good, eval-mode-in-training", "never calls model.train()"),
     ("membuf_robust", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
+    ("bestcopy_job", "kill9-mid-save", "PASSED", "last-good",
+     "the kill lands in best.pt's copy: the resume reads last.pt (atomic) and passes, with a torn-copy warning "
+     "naming ckpt/best.pt (bestcopy_job.truth.md)"),
+    ("bestcopy_job", "enospc", "PASSED", "last-good",
+     "the full disk fails best.pt's copy, the job exits; the resume reads last.pt (atomic), with a torn-copy warning"),
+    ("bestcopy_job", "power-loss", "FAILED", "last-good, acknowledged-checkpoint-lost",
+     "last.pt is fsynced and survives; best.pt, copied after the save without an fsync, comes back empty"),
+    ("bestcopy_job", "eval-left-on", "PASSED", "last-good", "no dropout or batch norm: eval mode computes the same"),
+    ("bestcopy_job", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
 ]
 
 SWEEP_ROWS: List[Tuple[str, str, str, str, str]] = [

@@ -65,6 +65,9 @@ and ``pid``. The event types and their own fields:
                 the save on disk at that moment), ``path``; or ``op`` (journal
                 operation it followed); or ``after_save``; or ``free_bytes``;
                 or ``module`` (the restored module an ``eval`` fault put in eval mode).
+                ``writing``: the files the process was still writing (their save
+                calls had not returned); ``inside``: the move or copy it was in
+                (``how``, ``src``, ``dst``), when there was one.
 ``uncaught``    the process is ending on an exception. ``exc`` (type name), ``error``
                 (one line), ``step`` (steps taken), ``frames`` (``file``, ``line``,
                 ``func``, outermost first, the last 30).
@@ -301,6 +304,7 @@ FindingKind = Literal[
     "sweep",
     "sweep-untried",
     "torn-checkpoint",
+    "torn-copy",
 ]
 """Every kind of finding a trial reports."""
 

@@ -52,6 +52,12 @@ def test_accelerate_total_limit_deletes_the_last_complete_checkpoint_first(tmp_p
     rc, t = trial(tmp_path / "default", "accelerate_job.py")
     assert rc == 1 and t["last_good_step"] is None
     assert "rotation-before-complete" in kinds(t)
+    # the file the kill caught Accelerate writing sent no end event: the fault event names it, so it is counted
+    struck = t["fault"]["path"]
+    assert t["fault"]["files"][struck] is not None
+    state = t["fault"]["file_states"][struck]
+    assert state["bytes"] < state["full_bytes"] and state["loads"] is False
+    assert [f["path"] for f in t["findings"] if f["kind"] == "torn-checkpoint"] == [struck]
     rc, t = trial(tmp_path / "robust", "accelerate_job.py", "--total-limit", "2", "--resume-complete")
     assert rc == 0, t["headline"]
     assert t["outcome"] == "last-good" and t["recovered_step"] == 4 and t["reproduced"] is True

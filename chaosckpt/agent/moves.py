@@ -66,6 +66,7 @@ def observed(moves: Moves, original: Callable, how: str) -> Callable:
         if rec.journal is not None:
             rec.journal.track(os.path.dirname(d))
         local.inside = True
+        rec.moving = {"how": how, "src": s, "dst": d}
         ok = False
         try:
             result = original(src, dst, *args, **kwargs)
@@ -73,6 +74,7 @@ def observed(moves: Moves, original: Callable, how: str) -> Callable:
             return result
         finally:
             local.inside = False
+            rec.moving = None
             rec.guarded(_record, rec, how, s, d, source, before, ok)
 
     return call

@@ -63,14 +63,25 @@ class Recorder:
         self._op_base = 0
         self._eval_done = False
         self._save_began = 0.0
+        self.moving: Optional[Dict[str, str]] = None  # the move or copy in progress inside the open checkpoint
 
     def fire(self, **fields: object) -> None:
-        """The armed fault's moment has come: halt for the conductor's SIGKILL, or fail the write with ENOSPC."""
-        fields = {"fault": self.fault.kind, "save": self.fault.save, **fields}
+        """The armed fault's moment has come: halt for the conductor's SIGKILL, or fail the write with ENOSPC.
+        The event names the files the process was still writing and the copy it was inside, if any: a killed
+        process sends no ``save-file`` or ``save-move`` event for them."""
+        fields = {"fault": self.fault.kind, "save": self.fault.save, **fields, **self._in_progress()}
         if self.fault.kind == "halt":
             faults.halt(self.writer, **fields)
         self.emit("fault", **fields)
         raise faults.disk_full_error()
+
+    def _in_progress(self) -> Dict[str, object]:
+        ckpt = self.checkpoint
+        writing = [self.saving_path] if self.saving and self.saving_path is not None else []
+        for tally in ckpt.tallies if ckpt is not None else ():
+            if not tally.reported and tally.path is not None and tally.path not in writing and tally.live():
+                writing.append(tally.path)
+        return {**({"writing": writing} if writing else {}), **({"inside": dict(self.moving)} if self.moving else {})}
 
     def at_exit(self) -> None:
         """The process exits: its open checkpoint is as complete as it will get; a pending halt fires now."""

@@ -30,6 +30,17 @@ Reason = Literal[
 """Why a verdict could not be established (status ``inconclusive``)."""
 
 
+class FileState(TypedDict):
+    """One file of the fault as the fault left it."""
+
+    bytes: Optional[int]
+    """Its size on disk; null: missing."""
+    full_bytes: Optional[int]
+    """The bytes the uninterrupted run's same save gave it; null: unknown."""
+    loads: Optional[bool]
+    """Whether it loads as a checkpoint; null: missing, or in no format the load check reads (JSON state)."""
+
+
 class FaultRecord(TypedDict, total=False):
     """Where the fault struck: the save and step, the write or operation, and the files as it left them."""
 
@@ -42,7 +53,11 @@ class FaultRecord(TypedDict, total=False):
     free_bytes: int
     path: Optional[str]
     files: Dict[str, Optional[int]]
-    """Size on disk (null: missing) of every file the job saved to, as the fault left them."""
+    """Size on disk (null: missing) of every file the job saved to, as the fault left them: the files its save calls
+    wrote, the names its renames put in place, and those the fault caught it writing or copying into."""
+    file_states: Dict[str, FileState]
+    """The same files (before a power loss rebuilt them: absent then) with the bytes they should hold and whether
+    they load."""
     model: str
     """The crash model a power loss (or a sweep) rebuilt the disk with."""
     node: int

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import List, Optional
 
 from chaosckpt.conductor.disk import checkpoints
@@ -16,6 +15,7 @@ from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog
 from chaosckpt.conductor.trial import score
 from chaosckpt.conductor.trial.arm import Armed
 from chaosckpt.conductor.trial.context import Context, rel
+from chaosckpt.conductor.trial.fault_files import file_states, files_after_fault
 from chaosckpt.conductor.trial.options import Stop
 from chaosckpt.conductor.trial.plan import run_stop
 
@@ -82,13 +82,9 @@ def caught(ctx: Context, armed: Armed, result: Optional[RunResult], log: RunLog,
         "path": rel(event.get("path"), armed.work),
         "files": files_after_fault(ctx, proc, armed.work),
     }
+    if not ctx.scenario.kind.needs_aftermath and armed.cut is None:  # a power loss rebuilds the files next
+        fault["file_states"] = file_states(ctx, proc, armed.work, armed.file_bytes)
     return Faulted(result, log, proc, step, fault, completed, checkpoints.gone(completed))
-
-
-def files_after_fault(ctx: Context, proc: ProcessLog, work: Path) -> dict:
-    """Size on disk (or null: missing) of every file the job saved to, as the fault left them."""
-    return {rel(path, work): os.path.getsize(host) if os.path.exists(host) else None
-            for path, host in ((p, ctx.host_path(p, work)) for p in proc.paths())}
 
 
 def save_damage(ctx: Context, run: Faulted, armed: Armed, outcome: Outcome, error_path: Optional[str]) -> List[Finding]:

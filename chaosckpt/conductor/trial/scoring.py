@@ -18,6 +18,7 @@ from chaosckpt.conductor.trial.faulted import Faulted, checkpoint_findings, save
 from chaosckpt.conductor.trial.measured import Measured
 from chaosckpt.conductor.trial.options import Stop
 from chaosckpt.conductor.trial.resume import Resumed
+from chaosckpt.conductor.trial.torn_copy import torn_copies
 
 
 class Scored(NamedTuple):
@@ -84,6 +85,7 @@ def _damage(ctx: Context, armed: Armed, run: Faulted, resumed: Resumed, measured
             "give that with --resume-args, e.g. --resume-args=--resume"))
     found += save_damage(ctx, run, armed, measured.outcome, measured.error_path)
     found += checkpoint_findings(run, resumed.log, measured.error, lambda p: rel(p, armed.work) or p)
+    found += torn_copies(run.fault, run.proc, resumed.log, armed.work, measured.error_path, measured.recovered_step)
     power_lost = armed.disk is not None and ctx.scenario.kind.needs_aftermath and run.completed
     if power_lost and measured.outcome != "last-good":
         found.append(lost_checkpoint(ctx, run.completed[-1], run.log.ops(), armed, measured.error_path))

@@ -36,7 +36,8 @@ from chaosckpt.conductor.scenario import Scenario
 from chaosckpt.conductor.trial import score
 from chaosckpt.conductor.trial.arm import Armed
 from chaosckpt.conductor.trial.context import Context, rel
-from chaosckpt.conductor.trial.faulted import Faulted, caught, files_after_fault
+from chaosckpt.conductor.trial.fault_files import files_after_fault
+from chaosckpt.conductor.trial.faulted import Faulted, caught
 from chaosckpt.conductor.trial.options import Stop, TrialOptions
 from chaosckpt.conductor.trial.plan import place, run_stop
 from chaosckpt.conductor.trial.reference import reference, usable
