@@ -230,3 +230,23 @@ def test_the_agent_marks_a_file_holding_model_and_optimizer_as_whole(tmp_path):
     _save(rec, opt.state_dict(), str(tmp_path / "optimizer.pt"))
     _step(rec, opt)
     assert [f.get("whole", False) for f in _process(events.events).saves[0].files] == [True, False]
+
+
+def test_a_step_on_another_thread_closing_the_checkpoint_as_it_opens_leaves_the_save_whole(tmp_path):
+    """A save on a background thread: the main thread's next step closes the new checkpoint while its first save
+    call is still being opened; the save goes on into the file and is recorded, nothing is raised into the job."""
+    events, rec, model, opt = _job()
+    _step(rec, opt)
+
+    def emit(kind, **fields):
+        Events.emit(events, kind, **fields)
+        if kind == "save-begin":
+            _step(rec, opt)
+
+    events.emit = emit
+    path = str(tmp_path / "last.pt")
+    _save(rec, model.state_dict(), path)
+    assert torch.load(path)["weight"].shape == (1, 4)
+    assert events.kinds().count("save-begin") == 1
+    saved = [e for e in events.events if e["t"] == "save-file"]
+    assert [(e["save"], e["path"], e["bytes"]) for e in saved] == [(1, path, os.path.getsize(path))]

@@ -232,9 +232,7 @@ class Recorder:
         self.fire_pending()
         self.saving = True
         self.saving_via, self.saving_path = via, None if path is None else os.path.abspath(path)
-        if self.checkpoint is None:
-            self._open_checkpoint(path, via)
-        ckpt = self.checkpoint
+        ckpt = self.checkpoint or self._open_checkpoint(path, via)
         ckpt.whole = False
         if obj is not None and self.step:
             self.guarded(self._look_into, obj, ckpt)
@@ -244,11 +242,13 @@ class Recorder:
             self.journal.track(path if via == "dcp" else os.path.dirname(os.path.abspath(path)))
         return ckpt
 
-    def _open_checkpoint(self, path: Optional[str], via: str) -> None:
+    def _open_checkpoint(self, path: Optional[str], via: str) -> "Checkpoint":
+        """A new checkpoint begins; returned as well as kept, since a step on another thread may close it at once
+        (a save on a background thread)."""
         self._save_began = time.time()
         self._fetch_rng = None  # the next step's batch state is taken after the save: draws around it are told apart
         self.saves += 1
-        self.checkpoint = Checkpoint(self.saves)
+        ckpt = self.checkpoint = Checkpoint(self.saves)
         fields: Dict[str, object] = {}
         if self.journal is not None:
             fields["op"] = self.journal.ops
@@ -270,6 +270,7 @@ class Recorder:
             elif fault.at_op is not None:
                 self._op_base = self.journal.ops
                 self.journal.on_op = self._count_op
+        return ckpt
 
     def _digest(self) -> str:
         try:
