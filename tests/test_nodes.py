@@ -74,6 +74,18 @@ def test_hosts_come_from_the_slurm_allocation_and_each_node_gets_its_rank():
         clusters.from_options(3, "a,b", "ssh {host}", None, environ={})
 
 
+def test_inside_a_slurm_job_of_several_nodes_each_node_starts_with_srun_on_its_machine():
+    job = {"SLURM_JOB_ID": "17", "SLURM_JOB_NODELIST": "node[0-1]", "SLURM_JOB_NUM_NODES": "2"}
+    cluster = clusters.from_options(None, None, None, None, environ=job)
+    assert (cluster.nnodes, cluster.hosts, cluster.node_cmd) == (2, ["node0", "node1"], clusters.SRUN)
+    assert cluster.node_argv(1, "node0:4000")[:8] == ["srun", "--nodes=1", "--ntasks=1", "--overlap",
+                                                      "--kill-on-bad-exit=0", "-w", "node1", sys.executable]
+    assert clusters.from_options(None, None, None, None, environ={**job, "SLURM_JOB_NUM_NODES": "1",
+                                                                  "SLURM_JOB_NODELIST": "node0"}) is None
+    assert clusters.from_options(1, None, None, None, environ=job).hosts == ["node0"]
+    assert clusters.from_options(2, "a,b", None, None, environ=job).node_cmd is None
+
+
 def test_bad_node_options_are_one_line_errors(project, tmp_path):
     res = run_chaosckpt(["run", "-s", "rank-epoch-skew", "--nnodes", "2", "--node-cmd", "ssh {host}", "train.py"],
                         cwd=project, env={"SLURM_JOB_NODELIST": ""})

@@ -1,6 +1,7 @@
 """Where a job's nodes are and how each is started: ``--nnodes``, ``--hosts`` or the Slurm allocation,
-and a ``--node-cmd`` template (``ssh {host}``, ``srun -N1 -n1 -w {host}``) that prefixes the node command;
-without one every node is a separate process group on this machine."""
+and a ``--node-cmd`` template (``ssh {host}``, ``srun -N1 -n1 -w {host}``) that prefixes the node command.
+Inside a Slurm job of several nodes the nodes are the allocation's, each started with ``srun``; elsewhere,
+without a template, every node is a separate process group on this machine."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from chaosckpt.conductor.runs import invocation
 PLACEHOLDERS = ("{node_rank}", "{nnodes}", "{master_addr}", "{master_port}", "{host}")
 """What chaosckpt fills in, per node, in the node command and in the job's command."""
 LOCAL = "127.0.0.1"
+SRUN = "srun --nodes=1 --ntasks=1 --overlap --kill-on-bad-exit=0 -w {host}"
+"""How a node starts inside a Slurm allocation: one task on its machine, sharing the batch step's CPUs."""
 
 
 @dataclass
@@ -74,12 +77,23 @@ def expand_nodelist(text: str) -> List[str]:
     return hosts
 
 
+def in_allocation(environ: Dict[str, str]) -> bool:
+    """Whether this process runs inside a Slurm job (``sbatch``, ``salloc``) that lists its nodes."""
+    return bool(environ.get("SLURM_JOB_ID") and environ.get("SLURM_JOB_NODELIST"))
+
+
 def from_options(nnodes: Optional[int], hosts: Optional[str], node_cmd: Optional[str], listen: Optional[str],
                  environ: Optional[Dict[str, str]] = None) -> Optional[Cluster]:
     """The cluster the command line asks for, None for a job on this machine alone."""
     environ = dict(os.environ) if environ is None else environ
+    allocated = in_allocation(environ) and hosts is None and node_cmd is None
+    if allocated and nnodes is None:
+        nnodes = int(environ.get("SLURM_JOB_NUM_NODES") or len(expand_nodelist(environ["SLURM_JOB_NODELIST"])))
+        nnodes = None if nnodes < 2 else nnodes
     if nnodes is None and hosts is None and node_cmd is None:
         return None
+    if allocated:
+        node_cmd = SRUN
     names = [h for h in (hosts or "").split(",") if h]
     if hosts is None and node_cmd is not None and environ.get("SLURM_JOB_NODELIST"):
         names = expand_nodelist(environ["SLURM_JOB_NODELIST"])
