@@ -28,7 +28,7 @@ def _network(namespace: str) -> List[str]:
 
 def _machine(hostname: str, hosts: Path, command: List[str]) -> List[str]:
     """``command`` on a machine of its own: a new UTS and mount namespace with ``hostname`` and the cluster's hosts."""
-    script = f'mount --bind "$1" /etc/hosts && hostname "$2" && shift 2 && exec "$@"'
+    script = 'mount --bind "$1" /etc/hosts && hostname "$2" && shift 2 && exec "$@"'
     return ["unshare", "--uts", "--mount", "--propagation", "private", "sh", "-c", script, "machine",
             str(hosts), hostname, *command]
 
