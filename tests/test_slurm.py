@@ -8,7 +8,11 @@ node 1 loses power just after save 2 returns, every run stops 3 steps past the p
 from __future__ import annotations
 
 import json
+import shutil
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -77,3 +81,107 @@ def test_a_two_node_trial_submitted_with_sbatch_runs_its_nodes_with_srun_and_nam
     assert all(run["survivors"] == 0 for t in (robust, lazy) for run in t["runs"])
     assert processes_of(tmp_path) == []
     assert slurm.queue() == []
+
+
+def _suite_project(tmp_path: Path, config: str) -> Path:
+    project = tmp_path / "project"
+    project.mkdir()
+    shutil.copy(REPO / "examples" / "naive_train.py", project / "train.py")
+    (project / "chaosckpt.toml").write_text('command = "train.py --epochs 2"\n' + config)
+    return project
+
+
+THREE = """
+[[scenarios]]
+scenario = "kill9-mid-save"
+params = { save = 1 }
+[[scenarios]]
+scenario = "enospc"
+[[scenarios]]
+scenario = "eval-left-on"
+"""
+
+
+def _verdicts(document: dict) -> dict:
+    return {t["id"]: (t["status"], (t["result"] or {}).get("outcome"), (t["result"] or {}).get("recovered_step"))
+            for t in document["trials"]}
+
+
+def test_a_suite_sent_to_slurm_gathers_the_verdicts_the_same_suite_gives_on_this_machine(slurm, tmp_path):
+    project = _suite_project(tmp_path, THREE)
+    local = subprocess.run([sys.executable, "-m", "chaosckpt", "suite", "-j", "2", "--json", "--out", "local"],
+                           cwd=project, capture_output=True, text=True, timeout=600)
+    assert local.returncode == 1, local.stderr
+    on_slurm = slurm.run([sys.executable, "-m", "chaosckpt", "suite", "--executor", "slurm", "--json", "--out",
+                          str(project / "slurm")], timeout=600, cwd=project)
+    assert on_slurm.returncode == 1, on_slurm.stderr
+    assert _verdicts(json.loads(on_slurm.stdout)) == _verdicts(json.loads(local.stdout))
+    assert set(_verdicts(json.loads(local.stdout)).values()) >= {("failed", "crashed", None)}
+    folder = next((project / "slurm").glob("*-suite*"))
+    submitted = [json.loads(p.read_text())["job_id"] for p in sorted(folder.glob("trials/*/slurm.json"))]
+    assert len(submitted) == 3 and all(job.isdigit() for job in submitted)
+    assert all(f"chaosckpt-{t.name}" in _job_names(slurm, submitted) for t in (folder / "trials").iterdir())
+    assert slurm.queue() == [] and processes_of(project) == []
+
+
+def _job_names(slurm, job_ids) -> str:
+    return "\n".join(slurm.run(["scontrol", "-o", "show", "job", job]).stdout for job in job_ids)
+
+
+def _start_suite(slurm, project: Path, *args: str) -> subprocess.Popen:
+    return subprocess.Popen(slurm.client([sys.executable, "-m", "chaosckpt", "suite", "--executor", "slurm", *args]),
+                            cwd=project, env=slurm.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _running_jobs(slurm, folder_glob, project: Path, count: int, deadline: float) -> list:
+    """Wait until ``count`` trials' Slurm jobs run; their ids."""
+    while time.monotonic() < deadline:
+        running = [line.split()[0] for line in slurm.queue() if line.endswith("RUNNING")]
+        if len(running) >= count and len(list(project.glob(folder_glob))) >= count:
+            return running
+        time.sleep(0.3)
+    raise AssertionError(f"no {count} running trial jobs: {slurm.queue()}")
+
+
+def test_a_cancelled_trial_is_inconclusive_and_a_killed_suite_is_resumed_by_waiting_for_its_jobs(slurm, tmp_path):
+    """One trial's job is cancelled by hand while the suite runs: that trial is INCONCLUSIVE naming the Slurm state.
+    Then chaosckpt itself is SIGKILLed while the other trials' jobs run: they run on, and --resume waits for them
+    instead of submitting them again."""
+    project = _suite_project(tmp_path, THREE)
+    proc = _start_suite(slurm, project)
+    running = _running_jobs(slurm, "chaosckpt-results/*/trials/*/slurm.json", project, 2, time.monotonic() + 300)
+    folder = next((project / "chaosckpt-results").glob("*-suite*"))
+    jobs = {json.loads(p.read_text())["job_id"]: p.parent for p in folder.glob("trials/*/slurm.json")}
+    cancelled, kept = running[0], running[1]
+    assert slurm.run(["scancel", cancelled]).returncode == 0
+    deadline = time.monotonic() + 60
+    while not (jobs[cancelled] / "result.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    proc.kill()
+    proc.communicate(timeout=30)
+    assert any(line.startswith(f"{kept} ") for line in slurm.queue()), "the trials' jobs went with chaosckpt"
+
+    resumed = slurm.run([sys.executable, "-m", "chaosckpt", "suite", "--resume", "--json"], timeout=600, cwd=project)
+
+    trials = {t["id"]: t for t in json.loads(resumed.stdout)["trials"]}
+    assert len(trials) == 3
+    assert resumed.returncode == (1 if any(t["status"] == "failed" for t in trials.values()) else 2), resumed.stderr
+    assert json.loads((jobs[kept] / "slurm.json").read_text())["job_id"] == kept  # waited for, not submitted again
+    gone = trials[jobs[cancelled].name]
+    assert (gone["status"], gone["result"]["reason"]) == ("inconclusive", "slurm-job-ended")
+    assert gone["result"]["headline"].startswith(
+        f"INCONCLUSIVE {gone['result']['scenario']}: the trial's Slurm job ended without a verdict: Slurm job {cancelled} "
+        "was cancelled before the trial had a verdict")
+    assert slurm.queue() == [] and processes_of(project) == []
+
+
+def test_an_interrupted_suite_cancels_every_job_it_submitted(slurm, tmp_path):
+    project = _suite_project(tmp_path, THREE)
+    proc = _start_suite(slurm, project)
+    _running_jobs(slurm, "chaosckpt-results/*/trials/*/slurm.json", project, 1, time.monotonic() + 300)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err
+    assert "continue it with: chaosckpt suite --resume" in err
+    assert slurm.queue() == []
+    assert processes_of(project) == []

@@ -54,7 +54,8 @@ class SuiteConfig:
     tolerance: float = 0.0
     timeout: float = 3600.0
     results: Path = Path("chaosckpt-results")
-    jobs: int = 1
+    jobs: Optional[int] = None
+    """Trials at once; None: 1 on this machine, all of them with Slurm (its queue decides)."""
     trials: int = 0
     seed: Optional[int] = None
     horizon: Any = horizons.DEFAULT
@@ -67,6 +68,10 @@ class SuiteConfig:
     """Kills, power losses and sweeps of the same save share one journaled faulted run (``trial.shared``); false
     runs each alone."""
     keep_sandbox: bool = False
+    executor: str = "local"
+    """Where trials run: ``local`` or ``slurm`` (``suite.executors``)."""
+    slurm: Dict[str, Any] = field(default_factory=dict)
+    """``[tool.chaosckpt.slurm]``: the trials' Slurm resources (partition, nodes, gpus, time...) and ``args``."""
     max_resumes: int = 8
     ckpt_dirs: Tuple[str, ...] = ()
     """Checkpoint directories (``--ckpt-dir``), relative to ``workdir``."""
@@ -108,6 +113,24 @@ SUITE_KEYS: Dict[str, Any] = {
     "trials": {"description": "Trials of each scenario at seeded random fault points.", **options.whole(0)},
     "seed": {"description": "Seed of the random fault points.", **options.whole()},
     "share": {"description": "Trials faulting the same save share one faulted run.", **options.FLAG},
+    "executor": {"description": "Where trials run: on this machine, or each as a Slurm job.", "enum": ["local", "slurm"],
+                 "x-message": "{where} must be \"local\" or \"slurm\", got {got}"},
+    "slurm": {
+        "description": "The Slurm resources of each trial's job (executor = \"slurm\").",
+        "type": "object", "x-message": "{where} must be a table such as {partition = \"gpu\", time = \"01:00:00\"}",
+        "additionalProperties": False,
+        "properties": {
+            "partition": {**options.TEXT, "description": "sbatch --partition"},
+            "nodes": {**options.whole(1), "description": "sbatch --nodes"},
+            "gpus": {**options.whole(0), "description": "sbatch --gpus"},
+            "cpus": {**options.whole(1), "description": "sbatch --cpus-per-task"},
+            "time": {**options.TEXT, "description": "sbatch --time, e.g. \"01:00:00\""},
+            "mem": {**options.TEXT, "description": "sbatch --mem, e.g. \"16G\""},
+            "account": {**options.TEXT, "description": "sbatch --account"},
+            "qos": {**options.TEXT, "description": "sbatch --qos"},
+            "args": {**options.ARGV, "description": "More sbatch options, as written"},
+        },
+    },
 }
 SCHEMA = options.config_schema(SUITE_KEYS)
 """What a configuration file may hold, as JSON Schema (shipped as ``results/schemas/config.schema.json``)."""

@@ -22,7 +22,7 @@ from chaosckpt.conductor.results.envelope import envelope
 from chaosckpt.conductor.results.plan import Plan, PlannedTrial, load_plan, scenario_label, trial_ids
 from chaosckpt.conductor.results.result import document
 from chaosckpt.conductor.runs import cache, invocation, leftovers, locks, logcap
-from chaosckpt.conductor.suite import keywords
+from chaosckpt.conductor.suite import executors, keywords
 from chaosckpt.conductor.suite.runner import (Finished, Suite, completed_saves, prepare_reference, random_points,
                                               trigger_keys)
 
@@ -172,12 +172,18 @@ def _line(item: Finished) -> str:
               help="Run these scenarios instead of the configured ones (repeatable; default: all built-in ones).")
 @click.option("-p", "--param", "params", multiple=True, metavar="KEY=VALUE", help="Override a parameter of every scenario.")
 @options.click_options("suite")
-@click.option("-j", "--jobs", type=int, default=None, help="Trials run in parallel (default 1).")
+@click.option("-j", "--jobs", type=int, default=None,
+              help="Trials run in parallel (default 1; with --executor slurm, all: the cluster's queue decides).")
 @click.option("--trials", type=int, default=None, metavar="N", help="Run N trials of each scenario at seeded random fault points.")
 @click.option("--seed", type=int, default=None, help="Seed of the random fault points (default: a new one, printed).")
 @click.option("--share/--no-share", default=None,
               help="Kills, power losses and sweeps of the same save share one journaled faulted run (default); "
                    "--no-share runs each alone.")
+@click.option("--executor", type=click.Choice(executors.EXECUTORS), default=None,
+              help="Where trials run: local (this machine, default) or slurm (each trial an sbatch job; the suite's "
+                   "folder and the project must be on a file system the cluster shares).")
+@click.option("--slurm-args", default=None, metavar="ARGS",
+              help='More sbatch options for every trial\'s job, after [tool.chaosckpt.slurm]: --slurm-args "-p gpu --gpus 1".')
 @click.option("--resume", "resume_suite", is_flag=True, help="Continue the newest interrupted suite; finished trials are kept.")
 @click.option("-k", "keyword", default=None, metavar="EXPR",
               help='Only trials whose id or scenario matches EXPR, as pytest\'s -k: -k "enospc and not late".')
@@ -186,8 +192,8 @@ def _line(item: Finished) -> str:
 @click.option("--junit", "junit_path", type=click.Path(path_type=Path), default=None, help="JUnit XML path (default: in the suite's folder).")
 @click.option("--markdown", "markdown_path", type=click.Path(path_type=Path), default=None, help="Markdown summary path (default: in the suite's folder).")
 @click.option("--json", "as_json", is_flag=True, help="Print only one JSON document on stdout: the verdicts and where the reports are.")
-def command(args, config_path, scenario_names, params, jobs, trials, seed, share, resume_suite, keyword, fresh_reference,
-            html_path, junit_path, markdown_path, as_json, **given):
+def command(args, config_path, scenario_names, params, jobs, trials, seed, share, executor, slurm_args, resume_suite,
+            keyword, fresh_reference, html_path, junit_path, markdown_path, as_json, **given):
     """Run every configured scenario against the job, then write HTML, JUnit and Markdown reports.
 
     \b
@@ -197,6 +203,7 @@ def command(args, config_path, scenario_names, params, jobs, trials, seed, share
       chaosckpt suite --trials 20 --seed 7               # 20 trials per scenario at random fault points
       chaosckpt suite --resume                           # continue an interrupted suite
       chaosckpt suite -k "enospc and not late"           # only the trials whose id or scenario match
+      chaosckpt suite --executor slurm --slurm-args "-p gpu --gpus 1 -t 1:00:00"   # each trial a Slurm job
 
     Settings come from built-in defaults, then the configuration file, then
     the command line, each overriding the one before. The reference run is
@@ -205,14 +212,15 @@ def command(args, config_path, scenario_names, params, jobs, trials, seed, share
     started = time.monotonic()
     conf = configs.with_command_line(
         config_path, Path.cwd(), command=tuple(args) or None, jobs=jobs, trials=trials, seed=seed,
-        scenarios=tuple(configs.ScenarioEntry(n) for n in scenario_names) or None, share=share,
+        scenarios=tuple(configs.ScenarioEntry(n) for n in scenario_names) or None, share=share, executor=executor,
         **options.from_cli(given))
     if keyword is not None:
         keywords.matcher(keyword)  # a malformed expression is refused before anything runs
     if resume_suite:
         suite, parts = _resumed(conf)
     else:
-        suite, parts = _started(conf, bool(args), dict(scenarios.parse_param(p) for p in params), keyword)
+        suite, parts = _started(conf, bool(args), dict(scenarios.parse_param(p) for p in params), keyword,
+                                _sbatch(conf, slurm_args))
     plan = suite.plan
     try:
         _reference(suite, parts, fresh_reference and not resume_suite, keyword, resume_suite)
@@ -283,8 +291,22 @@ def _matching(trials: List[PlannedTrial], keyword: str) -> List[PlannedTrial]:
     return chosen
 
 
-def _started(conf, from_cli: bool, params: Dict[str, Any], keyword: Optional[str]) -> Tuple[Suite, Dict[str, object]]:
+def _sbatch(conf, slurm_args: Optional[str]) -> List[str]:
+    """Every trial's ``sbatch`` options: ``[tool.chaosckpt.slurm]``, then ``--slurm-args``."""
+    try:
+        extra = shlex.split(slurm_args or "")
+    except ValueError as exc:
+        raise UsageError(f"--slurm-args {shown(slurm_args)} is not a valid command line: {exc}") from None
+    if (extra or conf.slurm) and conf.executor != "slurm":
+        raise UsageError("--slurm-args and [tool.chaosckpt.slurm] are for --executor slurm; add it, or drop them")
+    return executors.sbatch_args(conf.slurm, extra)
+
+
+def _started(conf, from_cli: bool, params: Dict[str, Any], keyword: Optional[str],
+             sbatch: List[str]) -> Tuple[Suite, Dict[str, object]]:
     plan, parts = _new_plan(conf, from_cli, params)
+    plan.executor, plan.sbatch = conf.executor, sbatch
+    executors.executor(plan.executor, Path(plan.results), sbatch).check()  # before a suite folder is made
     if keyword is not None and not conf.trials:
         plan.trials = _matching(plan.trials, keyword)  # before the reference runs: a typo costs nothing
     folder = invocation.results_dir(Path(plan.results), "suite")
@@ -335,6 +357,7 @@ def _resumed(conf) -> Tuple[Suite, Dict[str, object]]:
         raise UsageError(f"suite {folder} is being run by another chaosckpt (pid {exc.pid or 'unknown'}); wait for "
                          "it to finish, or stop it and run chaosckpt suite --resume again") from None
     suite = Suite.open(folder, jobs=conf.jobs, keep_sandbox=conf.keep_sandbox)
+    suite.executor.check()
     plan = suite.plan
     parts = cache.key_parts(plan.command, plan.resume_command, plan.maps, plan.exclude)
     reference = folder / "reference"

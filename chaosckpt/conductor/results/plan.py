@@ -70,6 +70,10 @@ class Plan:
     """Trials that kill the job inside the same save share one faulted run (``trial.shared``)."""
     options: Dict[str, Any] = field(default_factory=dict)
     """The options every trial runs with (``options.trial_spec``); each worker's spec adds its own."""
+    executor: str = "local"
+    """Where the trials' workers run: ``local`` (this machine) or ``slurm`` (``suite.executors``)."""
+    sbatch: List[str] = field(default_factory=list)
+    """The ``sbatch`` options of every trial's Slurm job."""
     format: int = FORMAT
     chaosckpt: str = __version__
 

@@ -11,8 +11,9 @@ A suite folder holds everything needed to continue it or to render its reports:
     result.json        all verdicts in one document, as ``chaosckpt run --json`` prints them
 
 Each trial runs in a worker process (``python -m chaosckpt.conductor.suite.worker SPEC``), so that Ctrl-C
-reaches every worker at once and each kills its own job tree, and a worker dies with the suite. A
-trial is done when its ``result.json`` exists; ``--resume`` runs the others.
+reaches every worker at once and each kills its own job tree: on this machine, where a worker dies with the
+suite, or as a Slurm job (``executors``). A trial is done when its ``result.json`` exists; ``--resume`` runs
+the others, and waits for a Slurm job of one that is still queued or running.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from chaosckpt.conductor import scenario as scenarios
 from chaosckpt.conductor.errors import UsageError
 from chaosckpt.conductor.results import atomic
 from chaosckpt.conductor.results.plan import Plan, PlannedTrial, load_plan, stored_trial, trial_dir
-from chaosckpt.conductor.runs import cache, horizon, launcher, leftovers, sandbox
+from chaosckpt.conductor.runs import cache, horizon, sandbox
+from chaosckpt.conductor.suite import executors
 from chaosckpt.conductor.runs.runlog import RunLog
 
 STOP_WAIT_S = 30.0
@@ -80,10 +82,12 @@ class Finished:
 class Suite:
     """Runs a planned suite in its folder: the reference, then every trial not yet done."""
 
-    def __init__(self, folder: Path, plan: Plan, jobs: int = 1, keep_sandbox: bool = False) -> None:
+    def __init__(self, folder: Path, plan: Plan, jobs: Optional[int] = None, keep_sandbox: bool = False) -> None:
         self.folder = folder
         self.plan = plan
-        self.jobs = jobs
+        self.executor = executors.executor(plan.executor, folder, plan.sbatch)
+        self.jobs = jobs or (len(plan.trials) if plan.executor == "slurm" else 1)
+        """Workers at once: 1 on this machine unless told; every trial with Slurm, whose queue decides."""
         self.keep_sandbox = keep_sandbox
         self.selected: Optional[Set[str]] = None
         """With ``-k`` on a resumed suite: the ids of the pending trials to run now; None runs them all."""
@@ -139,15 +143,16 @@ class Suite:
         from chaosckpt.conductor.trial import shared
 
         todo = [(folder, group[0]) for folder, group in groups.items() if not shared.ready(folder)]
-        running: List[subprocess.Popen] = []
+        running: List[Any] = []
         try:
             while todo or running:
                 while todo and len(running) < self.jobs:
                     folder, trial = todo.pop(0)
-                    running.append(self._worker(self._spec(trial, folder, prefix=folder)))
+                    running.append(self.executor.adopt(folder) or
+                                   self.executor.start(self._spec(trial, folder, prefix=folder)))
                 running = [p for p in running if p.poll() is None]
                 time.sleep(POLL_S)
-        except KeyboardInterrupt:
+        except BaseException:  # Ctrl-C, or a trial Slurm would not take: no worker is left behind
             _stop(running)
             raise
         return {t.id: folder for folder, group in groups.items() if shared.ready(folder) for t in group}
@@ -159,7 +164,7 @@ class Suite:
         suite runs them again)."""
         queue = [t for t in self.pending() if self.selected is None or t.id in self.selected]
         groups = self.shared_groups(queue)
-        running: Dict[subprocess.Popen, tuple] = {}
+        running: Dict[Any, tuple] = {}
         done: List[Finished] = []
         try:
             prefixes = self._prefixes(groups)
@@ -167,15 +172,16 @@ class Suite:
                 while queue and len(running) < self.jobs:
                     trial = queue.pop(0)
                     on_start(trial)
-                    running[self._worker(self._spec(trial, prefix=prefixes.get(trial.id)))] = (
-                        trial, trial_dir(self.folder, trial) / "worker.log")
+                    worker = self.executor.adopt(trial_dir(self.folder, trial)) or self.executor.start(
+                        self._spec(trial, prefix=prefixes.get(trial.id)))
+                    running[worker] = (trial, trial_dir(self.folder, trial) / "worker.log")
                 for proc in [p for p in running if p.poll() is not None]:
                     trial, log = running.pop(proc)
                     finished = Finished(trial, stored_trial(self.folder, trial), proc.returncode, log)
                     done.append(finished)
                     on_done(finished)
                 time.sleep(POLL_S)
-        except KeyboardInterrupt:
+        except BaseException:
             _stop(list(running))
             raise
         finally:
@@ -183,15 +189,6 @@ class Suite:
                 for folder in groups:
                     sandbox.remove(folder / "sandboxes")
         return done
-
-    def _worker(self, spec: Path) -> subprocess.Popen:
-        with open(spec.parent / "worker.log", "wb") as log:
-            return subprocess.Popen(
-                [sys.executable, "-m", "chaosckpt.conductor.suite.worker", str(spec)],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                preexec_fn=launcher.die_with_parent(signal.SIGINT),  # a killed suite leaves no job behind
-                pass_fds=leftovers.held_fds(self.folder),  # the suite stays locked until its last worker is gone
-            )
 
 
 def reference_stop(plan: Plan, random: bool = False) -> Optional[Dict[str, Any]]:
@@ -217,7 +214,7 @@ def prepare_reference(folder: Path, plan: Plan, parts: Dict[str, object], fresh:
                                 [Path(plan.results), *map(Path, plan.exclude)], fresh, reference_stop(plan, random), plan.maps)
 
 
-def _stop(procs: List[subprocess.Popen]) -> None:
+def _stop(procs: List[Any]) -> None:
     """Ask interrupted workers to kill their job trees (SIGINT, as a terminal would), then make sure."""
     for proc in procs:
         if proc.poll() is None:
