@@ -59,14 +59,23 @@ def _layer(cwd: Path, target: str, instance: str = "") -> Path:
 
 
 @functools.lru_cache(maxsize=None)
+def pid_namespace() -> bool:
+    """Whether this machine lets chaosckpt give each run a PID namespace of its own too (tried once)."""
+    return sys.platform.startswith("linux") and _works(pids=True)
+
+
+@functools.lru_cache(maxsize=None)
 def available() -> bool:
-    """Whether this machine lets chaosckpt build the namespace (tried once, in a throwaway folder)."""
-    if not sys.platform.startswith("linux"):
-        return False
+    """Whether this machine lets chaosckpt build the mount namespace (tried once, in a throwaway folder)."""
+    return pid_namespace() or sys.platform.startswith("linux") and _works(pids=False)
+
+
+def _works(pids: bool) -> bool:
+    """Whether ``true`` runs confined here, with or without a PID namespace."""
     with tempfile.TemporaryDirectory(prefix="chaosckpt-probe-") as tmp:
         box = Path(tmp) / "box"
         box.mkdir()
-        spec = _spec(box, box, [], "")
+        spec = _spec(box, box, [], "", pids)
         true = shutil.which("true") or "/bin/true"
         try:
             done = subprocess.run([*_prefix(spec), true], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -78,7 +87,7 @@ def available() -> bool:
         return ok
 
 
-def _spec(cwd: Path, log_dir: Path, maps: Sequence[str], instance: str) -> Path:
+def _spec(cwd: Path, log_dir: Path, maps: Sequence[str], instance: str, pids: bool) -> Path:
     lay = layers(cwd)
     (lay / instance).mkdir(parents=True, exist_ok=True)
     overlays = []
@@ -91,7 +100,8 @@ def _spec(cwd: Path, log_dir: Path, maps: Sequence[str], instance: str) -> Path:
             link.symlink_to(cwd / TMP)
         overlays.append({"target": target, "upper": str(layer / "upper"), "work": str(layer / "work")})
     inputs = [{"target": str(cwd / rel), "source": real} for rel, real in bound_inputs(cwd).items()]
-    spec = {"cwd": str(cwd), "writable": [str(cwd), str(lay), str(log_dir)], "maps": overlays, "inputs": inputs}
+    spec = {"cwd": str(cwd), "writable": [str(cwd), str(lay), str(log_dir)], "maps": overlays, "inputs": inputs,
+            "pids": pids, "conductor_env": protocol.ENV_CONDUCTOR}
     path = lay / instance / "confine.json"
     path.write_text(json.dumps(spec, indent=2) + "\n")
     return path
@@ -110,7 +120,7 @@ def command(argv: List[str], cwd: Path, log_dir: Path, maps: Sequence[str],
     tmp = cwd / TMP
     tmp.mkdir(parents=True, exist_ok=True)
     if available():
-        spec = _spec(cwd, log_dir, maps, instance)
+        spec = _spec(cwd, log_dir, maps, instance, pid_namespace())
         return [*_prefix(spec), *argv], {"TMPDIR": JOB_TMPDIR if os.path.isdir("/tmp") else str(tmp)}
     roots = [str(cwd), str(log_dir)]
     return argv, {"TMPDIR": str(tmp), protocol.ENV_WRITE_ROOTS: os.pathsep.join(roots)}
