@@ -67,6 +67,9 @@ DEVICES = ("null", "zero", "full", "random", "urandom", "tty", "ptmx", "pts", "n
 """The entries of the host's ``/dev`` a job's ``/dev`` carries: no block devices, no raw disk or memory access."""
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 """Signals sent to the helper that reach the job: through the helper, then the namespace's first process."""
+KERNEL_SETTINGS = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus")
+"""What a root job must not write in the host's ``/proc`` (kernel settings, a core pattern that runs a program as
+host root, the magic keys): read-only where the job has no ``/proc`` of its own."""
 DEV_LINKS = {"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2"}
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -184,6 +187,10 @@ def confine(spec: Dict) -> None:
     for item in spec.get("inputs", []):
         _mount(item["source"], item["target"], "", MS_BIND)
         _read_only(item["target"])
+    for path in () if spec.get("pids") else KERNEL_SETTINGS:
+        if os.path.exists(path):
+            _mount(path, path, "", MS_BIND | MS_REC)
+            _read_only(path)
 
 
 def drop_capabilities() -> None:
