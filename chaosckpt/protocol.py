@@ -131,7 +131,7 @@ STOP_FLAG_PREFIX = "stop."
 """The agent creates ``stop.<pid>`` in the run directory when the job reached its horizon."""
 
 EVENT_TYPES = ("hello", "step", "save-begin", "save-file", "save-move", "save-end", "load", "restore", "fault", "op",
-               "sampler", "stop", "uncaught", "exit")
+               "sampler", "stop", "uncaught", "exit", "refused")
 
 Event = Dict[str, Any]
 

@@ -25,6 +25,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 from chaosckpt import protocol
 from chaosckpt.conductor.errors import UsageError
 from chaosckpt.conductor.runs import confine, logcap
+from chaosckpt.conductor.runs.runlog import RunLog
 
 HELPER = Path(__file__).resolve().with_name("confine.py")
 INPUTS = "inputs.json"
@@ -173,14 +174,30 @@ def outside_writes(stderr: Path, allowed: Iterable[Path]) -> List[str]:
     return found
 
 
-def refuse_outside(returncode: Optional[int], stderr: Path, allowed: Iterable[Path]) -> None:
-    """A usage error when a run failed because it wrote outside ``allowed``, or could not be confined at all
+def refused_writes(events_dir: Path, allowed: Iterable[Path]) -> List[str]:
+    """Paths outside ``allowed`` whose writes the system refused, as the agent reported them (``refused`` events):
+    each one, whether the job died of it or caught it. The kernel's own file systems (``/proc``, ``/sys``,
+    ``/dev``) hold no file of the user's: a write refused there is the job's business."""
+    allowed = [*allowed, *map(Path, confine.VIRTUAL)]
+    try:
+        paths = RunLog.read(events_dir).refused()
+    except (OSError, protocol.ProtocolError):
+        return []
+    return list(dict.fromkeys(p for p in paths if not any(inside(p, a) for a in allowed)))
+
+
+def refuse_outside(returncode: Optional[int], stderr: Path, allowed: Iterable[Path],
+                   events_dir: Optional[Path] = None) -> None:
+    """A usage error when a run wrote outside ``allowed`` (the agent's ``refused`` events in ``events_dir``; for
+    writes it cannot see, such as a shell's, the failed run's error output), or could not be confined at all
     (a mapped folder overlayfs refuses): the trial cannot go on."""
     if returncode == confine.UNCONFINED:
         for text in logcap.tail(stderr, 20000).splitlines():
             if text.startswith(confine.FAILED):
                 raise UsageError(text[len("chaosckpt: "):])
-    outside = outside_writes(stderr, allowed) if returncode else []
+    allowed = list(allowed)
+    outside = refused_writes(events_dir, allowed) if events_dir is not None else []
+    outside = outside or (outside_writes(stderr, allowed) if returncode else [])
     if outside:
         raise UsageError(refusal(outside))
 
