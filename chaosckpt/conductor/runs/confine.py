@@ -19,8 +19,14 @@ starts, the helper drops every capability that could undo the mounts or reach pa
 them (mount, remount, device nodes, raw I/O, tracing other processes) from all its
 sets and from the bounding set, and sets no-new-privileges, so neither the job nor a
 set-user-ID program it runs can get them back; a user namespace the job makes of its
-own gets copies of these mounts that the kernel locks. The helper then ``exec``s the
-command, so the job keeps its pid, environment and process group.
+own gets copies of these mounts that the kernel locks.
+
+With ``"pids": true`` in the spec the job also gets a PID namespace: the helper stays
+outside it and waits (``relay``); its child, the namespace's first process (``init``),
+mounts the namespace's own read-only ``/proc``, so no other process's root or working
+directory can be reached through ``/proc/<pid>``, and runs the command as its own child.
+When the first process ends, or dies with the helper, the kernel kills every process
+of the namespace. Without it the helper ``exec``s the command, which keeps its pid.
 Exit status 125 with one line on stderr means the namespace could not be made.
 """
 
@@ -259,7 +265,7 @@ def init(spec: Dict, argv: List[str], helper: socket.socket) -> NoReturn:
         _unconfined(exc)
     os.chdir(spec["cwd"])
     if spec.get("conductor_env", "") in os.environ:
-        os.environ[spec["conductor_env"]] = "1"  # the job's watchdog: this process lives exactly as long as the helper
+        os.environ[spec["conductor_env"]] = "1"  # for the job's watchdog: this process dies with the helper
     job = os.fork()
     if job == 0:
         helper.close()

@@ -1,7 +1,8 @@
 """Where a run may write, and the command that holds it there.
 
-Each run starts through ``confine.py``, in a mount namespace where only its
-sandbox, its events folder and the sandbox's layers can be written; ``/tmp``,
+Each run starts through ``confine.py``, in a PID namespace of its own where the
+machine allows one, and a mount namespace where only its sandbox, its events
+folder and the sandbox's layers can be written; ``/tmp``,
 ``/dev/shm`` and every mapped folder outside the working directory are overlays
 whose writes land in the layers (``<sandbox>.layers``), next to the sandbox, so
 the faulted run and its resume share them as they share the sandbox. Where no
@@ -217,7 +218,12 @@ def refusal(paths: List[str], config_key: str = "map") -> str:
 
 def note(maps: Sequence[str]) -> str:
     """What the preflight says about confinement."""
-    how = "a private mount namespace" if available() else "the agent refusing Python writes (no mount namespace here)"
+    if pid_namespace():
+        how = "a private mount namespace, in a PID namespace of the run's own"
+    elif available():
+        how = "a private mount namespace (no PID namespace here: the job sees the host's processes)"
+    else:
+        how = "the agent refusing Python writes (no mount namespace here)"
     mapped = f"; writes to {', '.join(maps)} go to overlays in the sandbox" if maps else ""
     return f"writes outside the sandbox are stopped by {how}{mapped}"
 
