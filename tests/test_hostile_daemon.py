@@ -14,12 +14,18 @@ import uuid
 import psutil
 import pytest
 
-from chaosckpt.conductor.runs import confinement, launcher
+from chaosckpt import protocol
+from chaosckpt.conductor.runs import confinement, launcher, leftovers
 from chaosckpt.conductor.runs.launcher import RunSpec
 
 
 def daemons(tag: str):
     return [p for p in psutil.process_iter(["cmdline"]) if tag in " ".join(p.info["cmdline"] or [])]
+
+
+def daemon(tag: str):
+    """The processes running the command ``tag`` itself, not the ones that name it in their command line."""
+    return [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == tag.split()]
 
 
 @pytest.mark.skipif(not confinement.available(), reason="no mount namespace here: the job runs unconfined")
@@ -81,9 +87,9 @@ def test_the_pid_namespace_alone_kills_a_daemon_with_the_run(tmp_path, monkeypat
         result = launcher.launch(spec)
         assert result.returncode == 0 and result.survivors == []
         time.sleep(0.5)
-        assert daemons(tag) == [], "the daemon outlived its run"
+        assert daemon(tag) == [], "the daemon outlived its run"
     finally:
-        for proc in daemons(tag):
+        for proc in daemon(tag):
             proc.kill()
 
 
@@ -93,6 +99,7 @@ def test_a_daemon_dies_with_the_chaosckpt_that_started_it_killed_outright(tmp_pa
     tag = f"sleep {300 + uuid.uuid4().int % 1000}.75"
     box = tmp_path / "box"
     box.mkdir()
+    (tmp_path / "log").mkdir()
     conductor = textwrap.dedent(f"""
         import os, signal, subprocess, sys, time
         from pathlib import Path
@@ -108,16 +115,47 @@ def test_a_daemon_dies_with_the_chaosckpt_that_started_it_killed_outright(tmp_pa
     try:
         assert proc.stdout.readline() == "started\n"
         deadline = time.monotonic() + 30
-        while not daemons(tag) and time.monotonic() < deadline:
+        while not daemon(tag) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert daemons(tag), "the daemon never started"
+        assert daemon(tag), "the daemon never started"
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         deadline = time.monotonic() + 10
-        while daemons(tag) and time.monotonic() < deadline:
+        while daemon(tag) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert daemons(tag) == [], "the daemon outlived the chaosckpt that started it"
+        assert daemon(tag) == [], "the daemon outlived the chaosckpt that started it"
     finally:
         proc.kill()
-        for leftover in daemons(tag):
+        for leftover in daemon(tag):
+            leftover.kill()
+
+
+@needs_pid_namespace
+def test_clean_kills_the_daemon_of_a_run_whose_chaosckpt_died_through_its_namespace(tmp_path):
+    """``clean`` finds a dead run's processes by their environment: the daemon cleared its own, but the
+    namespace's first process kept it, and killing that kills the daemon too."""
+    tag = f"sleep {300 + uuid.uuid4().int % 1000}.125"
+    folder = tmp_path / "results" / "20261205-000000-kill9-mid-save"
+    box, log = folder / "sandboxes" / "reference", folder / "reference"
+    box.mkdir(parents=True)
+    (log / "events").mkdir(parents=True)
+    (folder / leftovers.LOCK).touch()  # its chaosckpt died holding it
+    argv, env = confinement.command(["bash", "-c", f"env -i setsid -f {tag}; sleep 300"], box, log, [])
+    job = subprocess.Popen(argv, cwd=box, env={**os.environ, **env, protocol.ENV_RUN_DIR: str(log / "events")},
+                           start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not daemon(tag) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert daemon(tag), "the daemon never started"
+        cleaned = leftovers.sweep(tmp_path / "results")
+        assert [c.folder for c in cleaned] == [folder.resolve()] and cleaned[0].processes
+        job.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while daemon(tag) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert daemon(tag) == [], "clean left the daemon running"
+    finally:
+        job.kill()
+        for leftover in daemon(tag):
             leftover.kill()
