@@ -116,7 +116,8 @@ ENV_STOP = "CHAOSCKPT_STOP"
 """JSON ``{"steps": N, "after": [...]}``: stop the job N steps after saves meeting every condition (see
 ``chaosckpt.agent.horizon``), absent to let it run to its end."""
 ENV_CONDUCTOR = "CHAOSCKPT_CONDUCTOR"
-"""The pid of the chaosckpt process that started the run; the job stops itself when that process is gone."""
+"""The pid of the chaosckpt process that started the run; the job stops itself when that process is gone. Inside
+a run's PID namespace it is ``1``, the namespace's first process, which dies with chaosckpt."""
 ENV_INPUTS = "CHAOSCKPT_INPUTS"
 """``1``: each process writes ``inputs.<pid>.json`` at exit, the files it read from its working directory."""
 INPUTS_PREFIX = "inputs."
@@ -131,7 +132,7 @@ STOP_FLAG_PREFIX = "stop."
 """The agent creates ``stop.<pid>`` in the run directory when the job reached its horizon."""
 
 EVENT_TYPES = ("hello", "step", "save-begin", "save-file", "save-move", "save-end", "load", "restore", "fault", "op",
-               "sampler", "stop", "uncaught", "exit")
+               "sampler", "stop", "uncaught", "exit", "refused")
 
 Event = Dict[str, Any]
 

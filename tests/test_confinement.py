@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from chaosckpt.conductor.errors import UsageError
 from chaosckpt.conductor.runs import confinement, launcher, sandbox
 from chaosckpt.conductor.runs.launcher import RunSpec
 
@@ -135,3 +136,65 @@ def test_the_job_keeps_the_devices_training_uses_and_no_capability_that_undoes_t
     assert bounding & (1 << 21) == 0 and bounding & (1 << 27) == 0  # cap_sys_admin, cap_mknod
     assert bounding & (1 << 1)  # cap_dac_override: a root job still reads and writes its own files as before
     assert lines[3].split() == ["NoNewPrivs:", "1"]
+
+
+needs_pid_namespace = pytest.mark.skipif(not confinement.pid_namespace(), reason="no PID namespace on this machine")
+
+
+@needs_pid_namespace
+@pytest.mark.parametrize("user", ["root", "nobody"])
+def test_a_job_cannot_write_through_another_process_view_of_the_file_system_and_sees_only_its_own(user, outside,
+                                                                                                 monkeypatch):
+    """A process outside the sandbox, of the job's user and with no capability the job lacks (a root process
+    that dropped them all), whose root and working directory are the host's: without a PID namespace of its own
+    the job wrote the file outside through ``/proc/<pid>/root`` and ``/proc/<pid>/cwd``."""
+    prefix = as_user(user)
+    base = Path(tempfile.mkdtemp(prefix="chaosckpt-proc-", dir="/var/tmp"))
+    if prefix:
+        monkeypatch.setattr(confinement, "HELPER", Path(shutil.copy(confinement.HELPER, base / "confine.py")))
+    victim = outside / "real.txt"
+    drop = [shutil.which("setpriv") or "setpriv", "--inh-caps=-all", "--bounding-set=-all"]
+    holder = subprocess.Popen([*(prefix or drop), "sleep", "60"], cwd=outside)
+    try:
+        box, log = base / "box", base / "log"
+        box.mkdir()
+        log.mkdir()
+        pid = holder.pid
+        script = (f"echo $$; cat /proc/[0-9]*/comm | sort -u | tr '\\n' ' '; echo; "
+                  f"echo r > /proc/{pid}/root{victim}; echo c > /proc/{pid}/cwd/real.txt; "
+                  f"echo u > /proc/{pid}/cwd/../{outside.name}/real.txt; echo o > /proc/1/root{victim}; "
+                  f"echo n > /proc/{pid}/root{outside}/new.txt; echo done")
+        argv, env = confinement.command(["bash", "-c", script], box, log, [])
+        if prefix:
+            subprocess.run(["chown", "-R", "65534:65534", str(base), str(outside)], check=True)
+            base.chmod(0o755)
+        done = subprocess.run([*prefix, *argv], cwd=box, env={**os.environ, **env}, capture_output=True, text=True,
+                              timeout=60)
+        lines = done.stdout.split("\n")
+        assert lines[0] == "2" and lines[2] == "done", done.stdout + done.stderr  # the job is the namespace's second
+        assert set(lines[1].split()) <= {"bash", "cat", "sort", "tr", "python3", "python3.11", "python"}, lines[1]
+        assert done.stderr.count("No such file or directory") == 4 and "Read-only file system" in done.stderr
+        assert victim.read_text() == "real\n" and sorted(p.name for p in outside.iterdir()) == ["real.txt"]
+    finally:
+        holder.kill()
+        holder.wait()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@needs_namespace
+def test_a_refused_write_the_job_catches_still_stops_the_trial_with_its_path(tmp_path, outside):
+    box = tmp_path / "box"
+    box.mkdir()
+    code = (f"import os\n"
+            f"for attempt in (lambda: open({str(outside / 'real.txt')!r}, 'w'), "
+            f"lambda: os.replace({str(outside / 'real.txt')!r}, {str(outside / 'new.txt')!r})):\n"
+            f"    try:\n        attempt()\n    except OSError:\n        pass\n")
+    spec = RunSpec("reference", [sys.executable, "-c", code], box, tmp_path / "log", timeout_s=60)
+    result = launcher.launch(spec)
+    assert result.returncode == 0 and result.stderr.read_text() == ""
+    allowed = [box, spec.log_dir, confinement.layers(box)]
+    paths = confinement.refused_writes(result.events_dir, allowed)
+    assert paths == [str(outside / "real.txt"), str(outside / "new.txt")]
+    with pytest.raises(UsageError, match=f"writes outside its working directory \\({outside}/real.txt, {outside}/new.txt\\)"):
+        confinement.refuse_outside(result.returncode, result.stderr, allowed, result.events_dir)
+    assert (outside / "real.txt").read_text() == "real\n" and not (outside / "new.txt").exists()

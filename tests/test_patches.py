@@ -12,7 +12,7 @@ import torch
 import torch.distributed.checkpoint  # noqa: F401  (the dcp layers patch it)
 import torch.distributed.checkpoint.state_dict  # noqa: F401
 
-from chaosckpt.agent import fileops, guard, interpose, moves, patches, writers
+from chaosckpt.agent import fileops, guard, interpose, moves, patches, refusals, writers
 from chaosckpt.agent.recorder import Recorder
 
 pytest.importorskip("safetensors.torch")
@@ -31,6 +31,7 @@ def _states(tmp_path):
     rec = Recorder(Events(), None, None)
     return {
         "guard": guard.checker([os.sep]),
+        "refusals": refusals.Refusals(rec.emit),
         "journal": fileops.Journal(rec.emit, [], str(tmp_path / "run" / "keep")),
         "moves": moves.Moves(rec),
         "writers": writers.Counter(rec),
@@ -88,11 +89,11 @@ def test_every_entry_names_a_layer_and_an_attribute_that_exists():
 def test_layers_nest_as_stated_whatever_the_order_they_are_installed_in(states):
     for layer in reversed(patches.LAYERS):
         patches.install(layer, states[layer])
-    assert _layers_of(os.open) == ["writers.py", "fileops.py", "guard.py"]
-    assert _layers_of(os.rename) == ["moves.py", "fileops.py", "guard.py"]
+    assert _layers_of(os.open) == ["writers.py", "fileops.py", "refusals.py", "guard.py"]
+    assert _layers_of(os.rename) == ["moves.py", "fileops.py", "refusals.py", "guard.py"]
     assert _layers_of(os.write) == ["writers.py", "fileops.py"]
     for opener in (builtins.open, io.open):
-        assert _layers_of(opener) == ["writers.py", "fileops.py", "guard.py"]
+        assert _layers_of(opener) == ["writers.py", "fileops.py", "refusals.py", "guard.py"]
     assert _layers_of(torch.save) == ["interpose.py"]
 
 
@@ -104,7 +105,7 @@ def test_installing_twice_replaces_the_layer_instead_of_wrapping_it_again(states
     for layer in patches.LAYERS:
         patches.install(layer, again[layer])
     assert _depths() == once
-    assert once[("os", "open")] == 3 and once[("torch", "save")] == 1
+    assert once[("os", "open")] == 4 and once[("torch", "save")] == 1
 
 
 def test_removing_a_middle_layer_keeps_the_others_in_order(states):
@@ -126,3 +127,22 @@ def test_the_guard_installed_last_still_refuses_under_the_other_layers(states, t
         open(os.path.join(os.path.dirname(tmp_path), "outside.txt"), "w")
     _uninstall_all()
     assert (tmp_path / "inside.txt").read_text() == "ok"
+
+
+def test_a_refused_write_is_reported_even_when_the_job_catches_it_and_only_then(states, tmp_path):
+    reported = []
+    patches.install("refusals", refusals.Refusals(lambda kind, **fields: reported.append((kind, fields))))
+    guard.install([str(tmp_path)])
+    outside = os.path.join(os.path.dirname(tmp_path), "outside.txt")
+    with open(tmp_path / "inside.txt", "w") as f:
+        f.write("ok")
+    os.rename(tmp_path / "inside.txt", tmp_path / "moved.txt")
+    for attempt in (lambda: open(outside, "w"), lambda: os.rename(tmp_path / "moved.txt", outside),
+                    lambda: os.open(outside, os.O_WRONLY | os.O_CREAT)):
+        with pytest.raises(OSError, match="Read-only file system"):
+            attempt()
+    with pytest.raises(FileNotFoundError):
+        open(tmp_path / "missing" / "x", "w")  # refused for another reason: not reported
+    assert reported == [("refused", {"op": "open", "paths": [outside]}),
+                        ("refused", {"op": "rename", "paths": [str(tmp_path / "moved.txt"), outside]}),
+                        ("refused", {"op": "open", "paths": [outside]})]

@@ -17,6 +17,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Tuple
 
 LAYERS: Tuple[str, ...] = (
     "guard",  # refuses writes outside the sandbox: innermost, it sees each call as the system will
+    "refusals",  # reports the writes refused with EROFS, by the system or the guard, before the job sees them
     "journal",  # the durability journal (``fileops``): records what reaches the guard
     "moves",  # over the journal: a move's destination is tracked before the journal looks at the rename
     "writers",  # the checkpoint's byte counter: over the journal, which then sees the calls it counts
@@ -56,6 +57,12 @@ TABLE: Tuple[Patch, ...] = (
     *_os("guard", "guard.refusing", "mkdir", "remove", "unlink", "rmdir", "truncate", args=(0,)),
     *_os("guard", "guard.refusing", "rename", "replace", args=(0, 1)),
     *_os("guard", "guard.refusing", "symlink", "link", args=(1,)),
+    *_open("refusals", "refusals.reported_open"),
+    *_os("refusals", "refusals.reported_os_open", "open"),
+    *(Patch("refusals", "os", name, "refusals.reported", (name, 0)) for name in ("mkdir", "remove", "unlink", "rmdir",
+                                                                                "truncate", "chmod")),
+    *(Patch("refusals", "os", name, "refusals.reported", (name, 0, 1)) for name in ("rename", "replace")),
+    *(Patch("refusals", "os", name, "refusals.reported", (name, 1)) for name in ("symlink", "link")),
     *_open("journal", "fileops.tracked_open"),
     *_os("journal", "fileops.tracked_os_open", "open"),
     *_os("journal", "fileops.tracked_write", "write"),

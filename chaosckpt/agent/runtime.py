@@ -132,6 +132,11 @@ def start() -> None:
         guard.name_refusals()
         if protocol.ENV_WRITE_ROOTS in os.environ:
             guard.install(os.environ[protocol.ENV_WRITE_ROOTS].split(os.pathsep))
+        if protocol.ENV_RUN_DIR in os.environ:
+            from chaosckpt.agent import refusals
+            from chaosckpt.agent.channel import EventWriter
+
+            refusals.install(EventWriter(os.environ[protocol.ENV_RUN_DIR], _rank()).emit)
     if _started or role() not in ("training", "launcher"):
         return
     _started = True

@@ -1,7 +1,9 @@
 """Ends a job whose conductor is gone: nobody will score it or kill it, so it must not live on.
 
 The conductor's pid comes in ``CHAOSCKPT_CONDUCTOR``; its start time, read when the
-agent starts, tells a reused pid from the conductor. A daemon thread checks once a
+agent starts, tells a reused pid from the conductor. In a run's PID namespace, where
+the conductor cannot be seen, it is ``1``: the namespace's first process, which dies
+with the confinement helper, which dies with the conductor. A daemon thread checks once a
 second; a job held still by a fault checks in its own wait loop too.
 """
 

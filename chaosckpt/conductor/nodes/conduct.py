@@ -48,8 +48,8 @@ class NodesResult(RunResult):
     """Nodes that did not connect, or stopped answering before the run ended."""
     joined: List[int] = field(default_factory=list)
     """Nodes that connected."""
-    node_of: Dict[int, int] = field(default_factory=dict)
-    """pid -> node, for every process that sent events."""
+    node_of: List[Tuple[int, int]] = field(default_factory=list)
+    """(pid, node) for every process that sent events: two nodes' processes may have the same pid."""
     rewritten: Optional[Dict] = None
     """The power-cut node's report: ``files`` (path -> bytes kept) and ``native`` (files no model judges)."""
 
@@ -78,7 +78,7 @@ class Peer:
                 elif kind == "flag":
                     name = Path(str(message["name"])).name
                     if name.startswith((protocol.FAULT_FLAG_PREFIX, protocol.STOP_FLAG_PREFIX)):
-                        (self.events_dir / name).touch()
+                        (self.events_dir / f"{name}.n{self.node}").touch()  # pids of two nodes may be equal
                 elif kind == "exit":
                     self.rc = message.get("rc")
                 elif kind == "killed":
@@ -107,7 +107,7 @@ def ranks_stopped(events_dir: Path) -> bool:
     run's check, this cannot ask whether another machine's process is still alive; a rank that ended
     without stopping holds the others only until ``STOP_HOLD_S``.)"""
     flagged = {p.name[len(protocol.STOP_FLAG_PREFIX):] for p in protocol.fault_flags(events_dir, protocol.STOP_FLAG_PREFIX)}
-    return all(path.name.split(".")[2] in flagged for path in protocol.event_files(events_dir)
+    return all(".".join(path.name.split(".")[2:4]) in flagged for path in protocol.event_files(events_dir)
                if path.name.split(".")[1].isdigit())
 
 
@@ -185,7 +185,7 @@ class _Run:
         rcs = [p.rc for n, p in self.peers.items() if not (self.node_lost and n == self.cut.node)]
         ended = [rc for rc in rcs if rc is not None]
         returncode = next((rc for rc in ended if rc), 0 if rcs and len(ended) == len(rcs) and not lost else -9)
-        node_of = {int(p.name.split(".")[2]): int(p.name.split(".")[3][1:]) for p in protocol.event_files(self.events_dir)}
+        node_of = [(int(p.name.split(".")[2]), int(p.name.split(".")[3][1:])) for p in protocol.event_files(self.events_dir)]
         return NodesResult(spec, returncode, time.monotonic() - started, timed_out, fault_fired, survivors, stopped,
                            lost=lost, joined=sorted(self.peers), node_of=node_of,
                            rewritten=rewritten)
@@ -296,7 +296,7 @@ def lost_detail(result: NodesResult, cluster: Cluster) -> str:
     """The lost nodes and the processes that were running on them, in words."""
     parts = []
     for node in result.lost:
-        pids = sorted(pid for pid, n in result.node_of.items() if n == node)
+        pids = sorted({pid for pid, n in result.node_of if n == node})
         if node not in result.joined:
             ran = " (it never connected)"
         elif pids:

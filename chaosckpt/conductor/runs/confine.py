@@ -19,8 +19,14 @@ starts, the helper drops every capability that could undo the mounts or reach pa
 them (mount, remount, device nodes, raw I/O, tracing other processes) from all its
 sets and from the bounding set, and sets no-new-privileges, so neither the job nor a
 set-user-ID program it runs can get them back; a user namespace the job makes of its
-own gets copies of these mounts that the kernel locks. The helper then ``exec``s the
-command, so the job keeps its pid, environment and process group.
+own gets copies of these mounts that the kernel locks.
+
+With ``"pids": true`` in the spec the job also gets a PID namespace: the helper stays
+outside it and waits (``relay``); its child, the namespace's first process (``init``),
+mounts the namespace's own read-only ``/proc``, so no other process's root or working
+directory can be reached through ``/proc/<pid>``, and runs the command as its own child.
+When the first process ends, or dies with the helper, the kernel kills every process
+of the namespace. Without it the helper ``exec``s the command, which keeps its pid.
 Exit status 125 with one line on stderr means the namespace could not be made.
 """
 
@@ -30,18 +36,24 @@ import ctypes
 import fnmatch
 import json
 import os
+import resource
+import signal
+import socket
 import sys
-from typing import Dict, List
+from typing import Dict, List, NoReturn
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
 MS_RDONLY = 1
 MS_NOSUID = 2
 MS_NODEV = 4
+MS_NOEXEC = 8
 MS_REMOUNT = 32
 MS_BIND = 4096
 MS_REC = 16384
 MS_PRIVATE = 1 << 18
+PR_SET_PDEATHSIG = 1
 PR_CAPBSET_DROP = 24
 PR_SET_NO_NEW_PRIVS = 38
 PR_CAP_AMBIENT = 47
@@ -59,6 +71,11 @@ VIRTUAL = ("/proc", "/sys", "/dev")
 """Kernel file systems left as they are: they hold no user files (``/dev`` is replaced by ``private_dev``)."""
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty", "ptmx", "pts", "nvidia*", "dri", "kfd", "infiniband")
 """The entries of the host's ``/dev`` a job's ``/dev`` carries: no block devices, no raw disk or memory access."""
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+"""Signals sent to the helper that reach the job: through the helper, then the namespace's first process."""
+KERNEL_SETTINGS = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus")
+"""What a root job must not write in the host's ``/proc`` (kernel settings, a core pattern that runs a program as
+host root, the magic keys): read-only where the job has no ``/proc`` of its own."""
 DEV_LINKS = {"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2"}
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -80,13 +97,15 @@ def _write(path: str, text: str) -> None:
         f.write(text)
 
 
-def enter_namespace() -> None:
-    """A private mount namespace; a user namespace first when not root."""
+def enter_namespace(pids: bool) -> None:
+    """A private mount namespace, and a PID namespace for this process's children when ``pids``; a user
+    namespace first when not root."""
     uid, gid = os.getuid(), os.getgid()
+    flags = CLONE_NEWNS | (CLONE_NEWPID if pids else 0)
     if uid == 0:
-        _check(_libc.unshare(CLONE_NEWNS), "unshare")
+        _check(_libc.unshare(flags), "unshare")
     else:
-        _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWNS), "unshare")
+        _check(_libc.unshare(CLONE_NEWUSER | flags), "unshare")
         _write("/proc/self/setgroups", "deny")
         _write("/proc/self/uid_map", f"0 {uid} 1")
         _write("/proc/self/gid_map", f"0 {gid} 1")
@@ -150,7 +169,7 @@ def confine(spec: Dict) -> None:
     made read-only, and held open, so overlays mounted above them (a map of ``/tmp``
     when the sandbox lies under it) can neither hide them nor take them as layers.
     """
-    enter_namespace()
+    enter_namespace(spec.get("pids", False))
     points = [p for p in _mount_points() if p not in spec["writable"]]
     held = {}
     for path in spec["writable"]:
@@ -174,6 +193,10 @@ def confine(spec: Dict) -> None:
     for item in spec.get("inputs", []):
         _mount(item["source"], item["target"], "", MS_BIND)
         _read_only(item["target"])
+    for path in () if spec.get("pids") else KERNEL_SETTINGS:
+        if os.path.exists(path):
+            _mount(path, path, "", MS_BIND | MS_REC)
+            _read_only(path)
 
 
 def drop_capabilities() -> None:
@@ -194,6 +217,105 @@ def drop_capabilities() -> None:
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no new privileges")
 
 
+def _unconfined(exc: OSError) -> NoReturn:
+    sys.stderr.write(f"{FAILED}{exc.strerror or exc}; map another folder or leave it out (--map, links out of the working "
+                     "directory)\n")
+    sys.exit(UNCONFINED)
+
+
+def run_job(argv: List[str]) -> NoReturn:
+    """Replace this process with the job, its signals as a fresh process has them."""
+    for sig in (*FORWARDED, signal.SIGPIPE, signal.SIGXFSZ):
+        signal.signal(sig, signal.SIG_DFL)
+    try:
+        os.execvp(argv[0], argv)
+    except OSError as exc:
+        sys.stderr.write(f"chaosckpt: cannot start {argv[0]}: {exc.strerror}\n")
+        os._exit(127)
+
+
+def _forward(to: int) -> None:
+    def send(signum: int, _frame: object) -> None:
+        try:
+            os.kill(to, signum)
+        except ProcessLookupError:
+            pass
+
+    for sig in FORWARDED:
+        signal.signal(sig, send)
+
+
+def init(spec: Dict, argv: List[str], helper: socket.socket) -> NoReturn:
+    """The PID namespace's first process: it dies with the helper (``PR_SET_PDEATHSIG``, or at once when the
+    helper is already gone: its end of ``helper`` reads end of file), mounts the namespace's own ``/proc``
+    (read-only; only the job's processes are in it), drops the capabilities, then starts the job as a child,
+    forwards it the ``FORWARDED`` signals, reaps orphans, and ends with the job's wait status sent to the helper.
+    The kernel then kills every process left in the namespace."""
+    _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "parent death signal")
+    helper.setblocking(False)
+    try:
+        if helper.recv(1) == b"":
+            os._exit(UNCONFINED)
+    except BlockingIOError:
+        pass
+    try:
+        _mount("proc", "/proc", "proc", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        drop_capabilities()
+    except OSError as exc:
+        _unconfined(exc)
+    os.chdir(spec["cwd"])
+    if spec.get("conductor_env", "") in os.environ:
+        os.environ[spec["conductor_env"]] = "1"  # for the job's watchdog: this process dies with the helper
+    job = os.fork()
+    if job == 0:
+        helper.close()
+        os.setsid()
+        run_job(argv)
+    _forward(job)
+    status = 0
+    while True:
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:
+            break
+        if pid == job:
+            break
+    helper.setblocking(True)
+    helper.sendall(str(status).encode())
+    os._exit(0)
+
+
+def exit_as(status: int) -> NoReturn:
+    """End this process as one whose wait status is ``status`` ended: by the same signal, or the same code."""
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        if sig != signal.SIGKILL:
+            signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+        os._exit(128 + sig)
+    os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128)
+
+
+def relay(spec: Dict, argv: List[str]) -> NoReturn:
+    """Start the PID namespace's first process (``init``), forward it signals, and end as the job ended; its end
+    of a socket pair carries the job's wait status, and tells the first process when this one died."""
+    ours, theirs = socket.socketpair()
+    first = os.fork()
+    if first == 0:
+        ours.close()
+        init(spec, argv, theirs)
+    theirs.close()
+    _forward(first)
+    try:
+        drop_capabilities()  # this process needs none: it only waits
+    except OSError:
+        pass
+    _, status = os.waitpid(first, 0)
+    told = ours.recv(32)
+    exit_as(int(told) if told.isdigit() else status)
+
+
 def main(argv: List[str]) -> None:
     if len(argv) < 4 or argv[2] != "--":
         sys.stderr.write("usage: confine.py SPEC.json -- COMMAND...\n")
@@ -202,17 +324,14 @@ def main(argv: List[str]) -> None:
         spec = json.load(f)
     try:
         confine(spec)
-        drop_capabilities()
+        if not spec.get("pids"):
+            drop_capabilities()
     except OSError as exc:
-        sys.stderr.write(f"{FAILED}{exc.strerror or exc}; map another folder or leave it out (--map, links out of the working "
-                         "directory)\n")
-        sys.exit(UNCONFINED)
+        _unconfined(exc)
+    if spec.get("pids"):
+        relay(spec, argv[3:])
     os.chdir(spec["cwd"])
-    try:
-        os.execvp(argv[3], argv[3:])
-    except OSError as exc:
-        sys.stderr.write(f"chaosckpt: cannot start {argv[3]}: {exc.strerror}\n")
-        sys.exit(127)
+    run_job(argv[3:])
 
 
 if __name__ == "__main__":

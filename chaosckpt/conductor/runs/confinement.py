@@ -1,7 +1,8 @@
 """Where a run may write, and the command that holds it there.
 
-Each run starts through ``confine.py``, in a mount namespace where only its
-sandbox, its events folder and the sandbox's layers can be written; ``/tmp``,
+Each run starts through ``confine.py``, in a PID namespace of its own where the
+machine allows one, and a mount namespace where only its sandbox, its events
+folder and the sandbox's layers can be written; ``/tmp``,
 ``/dev/shm`` and every mapped folder outside the working directory are overlays
 whose writes land in the layers (``<sandbox>.layers``), next to the sandbox, so
 the faulted run and its resume share them as they share the sandbox. Where no
@@ -25,6 +26,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 from chaosckpt import protocol
 from chaosckpt.conductor.errors import UsageError
 from chaosckpt.conductor.runs import confine, logcap
+from chaosckpt.conductor.runs.runlog import RunLog
 
 HELPER = Path(__file__).resolve().with_name("confine.py")
 INPUTS = "inputs.json"
@@ -59,14 +61,23 @@ def _layer(cwd: Path, target: str, instance: str = "") -> Path:
 
 
 @functools.lru_cache(maxsize=None)
+def pid_namespace() -> bool:
+    """Whether this machine lets chaosckpt give each run a PID namespace of its own too (tried once)."""
+    return sys.platform.startswith("linux") and _works(pids=True)
+
+
+@functools.lru_cache(maxsize=None)
 def available() -> bool:
-    """Whether this machine lets chaosckpt build the namespace (tried once, in a throwaway folder)."""
-    if not sys.platform.startswith("linux"):
-        return False
+    """Whether this machine lets chaosckpt build the mount namespace (tried once, in a throwaway folder)."""
+    return pid_namespace() or sys.platform.startswith("linux") and _works(pids=False)
+
+
+def _works(pids: bool) -> bool:
+    """Whether ``true`` runs confined here, with or without a PID namespace."""
     with tempfile.TemporaryDirectory(prefix="chaosckpt-probe-") as tmp:
         box = Path(tmp) / "box"
         box.mkdir()
-        spec = _spec(box, box, [], "")
+        spec = _spec(box, box, [], "", pids)
         true = shutil.which("true") or "/bin/true"
         try:
             done = subprocess.run([*_prefix(spec), true], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -78,7 +89,7 @@ def available() -> bool:
         return ok
 
 
-def _spec(cwd: Path, log_dir: Path, maps: Sequence[str], instance: str) -> Path:
+def _spec(cwd: Path, log_dir: Path, maps: Sequence[str], instance: str, pids: bool) -> Path:
     lay = layers(cwd)
     (lay / instance).mkdir(parents=True, exist_ok=True)
     overlays = []
@@ -91,7 +102,8 @@ def _spec(cwd: Path, log_dir: Path, maps: Sequence[str], instance: str) -> Path:
             link.symlink_to(cwd / TMP)
         overlays.append({"target": target, "upper": str(layer / "upper"), "work": str(layer / "work")})
     inputs = [{"target": str(cwd / rel), "source": real} for rel, real in bound_inputs(cwd).items()]
-    spec = {"cwd": str(cwd), "writable": [str(cwd), str(lay), str(log_dir)], "maps": overlays, "inputs": inputs}
+    spec = {"cwd": str(cwd), "writable": [str(cwd), str(lay), str(log_dir)], "maps": overlays, "inputs": inputs,
+            "pids": pids, "conductor_env": protocol.ENV_CONDUCTOR}
     path = lay / instance / "confine.json"
     path.write_text(json.dumps(spec, indent=2) + "\n")
     return path
@@ -110,7 +122,7 @@ def command(argv: List[str], cwd: Path, log_dir: Path, maps: Sequence[str],
     tmp = cwd / TMP
     tmp.mkdir(parents=True, exist_ok=True)
     if available():
-        spec = _spec(cwd, log_dir, maps, instance)
+        spec = _spec(cwd, log_dir, maps, instance, pid_namespace())
         return [*_prefix(spec), *argv], {"TMPDIR": JOB_TMPDIR if os.path.isdir("/tmp") else str(tmp)}
     roots = [str(cwd), str(log_dir)]
     return argv, {"TMPDIR": str(tmp), protocol.ENV_WRITE_ROOTS: os.pathsep.join(roots)}
@@ -163,14 +175,30 @@ def outside_writes(stderr: Path, allowed: Iterable[Path]) -> List[str]:
     return found
 
 
-def refuse_outside(returncode: Optional[int], stderr: Path, allowed: Iterable[Path]) -> None:
-    """A usage error when a run failed because it wrote outside ``allowed``, or could not be confined at all
+def refused_writes(events_dir: Path, allowed: Iterable[Path]) -> List[str]:
+    """Paths outside ``allowed`` whose writes the system refused, as the agent reported them (``refused`` events):
+    each one, whether the job died of it or caught it. The kernel's own file systems (``/proc``, ``/sys``,
+    ``/dev``) hold no file of the user's: a write refused there is the job's business."""
+    allowed = [*allowed, *map(Path, confine.VIRTUAL)]
+    try:
+        paths = RunLog.read(events_dir).refused()
+    except (OSError, protocol.ProtocolError):
+        return []
+    return list(dict.fromkeys(p for p in paths if not any(inside(p, a) for a in allowed)))
+
+
+def refuse_outside(returncode: Optional[int], stderr: Path, allowed: Iterable[Path],
+                   events_dir: Optional[Path] = None) -> None:
+    """A usage error when a run wrote outside ``allowed`` (the agent's ``refused`` events in ``events_dir``; for
+    writes it cannot see, such as a shell's, the failed run's error output), or could not be confined at all
     (a mapped folder overlayfs refuses): the trial cannot go on."""
     if returncode == confine.UNCONFINED:
         for text in logcap.tail(stderr, 20000).splitlines():
             if text.startswith(confine.FAILED):
                 raise UsageError(text[len("chaosckpt: "):])
-    outside = outside_writes(stderr, allowed) if returncode else []
+    allowed = list(allowed)
+    outside = refused_writes(events_dir, allowed) if events_dir is not None else []
+    outside = outside or (outside_writes(stderr, allowed) if returncode else [])
     if outside:
         raise UsageError(refusal(outside))
 
@@ -190,7 +218,12 @@ def refusal(paths: List[str], config_key: str = "map") -> str:
 
 def note(maps: Sequence[str]) -> str:
     """What the preflight says about confinement."""
-    how = "a private mount namespace" if available() else "the agent refusing Python writes (no mount namespace here)"
+    if pid_namespace():
+        how = "a private mount namespace, in a PID namespace of the run's own"
+    elif available():
+        how = "a private mount namespace (no PID namespace here: the job sees the host's processes)"
+    else:
+        how = "the agent refusing Python writes (no mount namespace here)"
     mapped = f"; writes to {', '.join(maps)} go to overlays in the sandbox" if maps else ""
     return f"writes outside the sandbox are stopped by {how}{mapped}"
 

@@ -18,7 +18,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 import psutil
 
@@ -148,10 +148,12 @@ def _marked(mark: str) -> List[psutil.Process]:
     return found
 
 
-def _alive(proc: psutil.Process) -> bool:
+def _alive(proc: Union[psutil.Process, int, None]) -> bool:
+    """Whether ``proc`` (a process, or a pid as this process sees it) runs: it exists and is no zombie."""
     try:
-        return proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
+        proc = psutil.Process(proc) if isinstance(proc, int) else proc
+        return proc is not None and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
         return False
 
 
@@ -183,9 +185,54 @@ def job_namespace(pid: int) -> Optional[Tuple[str, int]]:
     return namespace, fd
 
 
+def own_pid(pid: int) -> Optional[int]:
+    """The pid process ``pid`` (as this process sees it) has in its own PID namespace: the pid a confined job's
+    process names itself by (the same where it has no namespace of its own); None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("NSpid:"):
+                    return int(line.split()[-1])
+    except (OSError, ValueError):
+        return None
+    return pid
+
+
+def namespace_init(root: psutil.Process) -> Optional[psutil.Process]:
+    """The first process of the job's PID namespace (a child of the confinement helper ``root``), or None where
+    the job has none: when it dies, the kernel kills every process in the namespace, however detached."""
+    try:
+        children = root.children()
+    except psutil.Error:
+        return None
+    return next((c for c in children if own_pid(c.pid) == 1), None)
+
+
+def job_processes(root: psutil.Process) -> Dict[int, psutil.Process]:
+    """The live processes under ``root`` by the pid they know themselves by (the pids in event files)."""
+    try:
+        found = [root] + root.children(recursive=True)
+    except psutil.Error:
+        return {}
+    out = {}
+    for proc in found:
+        pid = own_pid(proc.pid)
+        if pid is not None:
+            out.setdefault(pid, proc)
+    return out
+
+
 def kill_tree(root: psutil.Process, mark: str, namespace: Optional[str] = None) -> List[int]:
-    """SIGKILL ``root``, its descendants, every process carrying ``mark`` and every process in the job's mount
-    ``namespace`` (a daemon that left the session and cleared its environment); return the pids still alive."""
+    """SIGKILL the first process of the job's PID namespace (the kernel then kills the whole namespace), then
+    ``root``, its descendants, every process carrying ``mark`` and every process in the job's mount ``namespace``
+    (where the job has no PID namespace: a daemon that left the session and cleared its environment); return the
+    pids still alive."""
+    first = namespace_init(root)
+    if first is not None:
+        try:
+            first.kill()
+        except psutil.Error:
+            pass
     procs: Dict[int, psutil.Process] = {}
     for _ in range(2):  # suspend, then rescan for children spawned meanwhile
         try:
@@ -242,17 +289,15 @@ def wait_before_kill(spec: RunSpec, events_dir: Path, started: float, hold: Opti
         time.sleep(HOLD_POLL_S)
 
 
-def _all_stopped(events_dir: Path) -> bool:
-    """Every live process that records events has reached the horizon too (the other ranks of a job)."""
+def _all_stopped(events_dir: Path, root: psutil.Process) -> bool:
+    """Every live process under ``root`` that records events has reached the horizon too (the other ranks of a
+    job); event files name processes by their pid in the job's PID namespace."""
     flagged = {p.name[len(protocol.STOP_FLAG_PREFIX):] for p in protocol.fault_flags(events_dir, protocol.STOP_FLAG_PREFIX)}
+    live = job_processes(root) if namespace_init(root) is not None else None
     for path in protocol.event_files(events_dir):
         pid = path.name.split(".")[2]
-        if pid not in flagged and pid.isdigit() and psutil.pid_exists(int(pid)):
-            try:
-                if psutil.Process(int(pid)).status() != psutil.STATUS_ZOMBIE:
-                    return False
-            except psutil.Error:
-                continue
+        if pid not in flagged and pid.isdigit() and _alive(live.get(int(pid)) if live is not None else int(pid)):
+            return False
     return True
 
 
@@ -306,7 +351,7 @@ def _run(spec: RunSpec) -> RunResult:
                 break
             if protocol.fault_flags(events_dir, protocol.STOP_FLAG_PREFIX):
                 stopped = True
-                wait_before_kill(spec, events_dir, started, _all_stopped, STOP_HOLD_S)
+                wait_before_kill(spec, events_dir, started, lambda d: _all_stopped(d, root), STOP_HOLD_S)
                 break
             if time.monotonic() - started > spec.timeout_s:
                 timed_out = True

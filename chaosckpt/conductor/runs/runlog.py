@@ -89,6 +89,8 @@ class ProcessLog:
     """The exception the process ended on, if it ended on one."""
     ended: bool = False
     """Its script ended (the ``exit`` event): a death after this struck the interpreter's shutdown."""
+    refused: List[Event] = field(default_factory=list)
+    """``refused`` events: writes the system refused with EROFS (a read-only mount: outside the sandbox)."""
 
     def first_digest(self) -> Optional[str]:
         return self.steps[0].get("digest") if self.steps else None
@@ -147,6 +149,8 @@ def _process(events: List[Event]) -> ProcessLog:
             log.uncaught = e
         elif kind == "exit":
             log.ended = True
+        elif kind == "refused":
+            log.refused.append(e)
     return log
 
 
@@ -206,6 +210,10 @@ class RunLog:
         """How many ranks the job ran with, as its processes say."""
         sizes = [p.hello.get("world_size") or 1 for p in self.processes if p.hello]
         return max(sizes + [len(self.ranks()), 1])
+
+    def refused(self) -> List[str]:
+        """The paths of every write the system refused, in the order of their processes' files."""
+        return [path for p in self.processes for e in p.refused for path in e.get("paths", [])]
 
     def failed_loads(self) -> List[Event]:
         return [e for p in self.processes for e in p.loads if not e["ok"]]

@@ -55,7 +55,8 @@ class Context:
         finally:
             if progress is not None:
                 progress.done()
-        confinement.refuse_outside(result.returncode, result.stderr, [cwd, spec.log_dir, confinement.layers(cwd)])
+        confinement.refuse_outside(result.returncode, result.stderr, [cwd, spec.log_dir, confinement.layers(cwd)],
+                                   result.events_dir)
         self.runs.append(
             RunRecord(
                 name=name,
