@@ -10,7 +10,7 @@ from chaosckpt.conductor.disk import copies
 from chaosckpt.conductor.results.result import Finding
 from chaosckpt.conductor.runs import exits
 from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog
-from chaosckpt.conductor.trial import ranks, score
+from chaosckpt.conductor.trial import provenance, ranks, score
 from chaosckpt.conductor.trial.aftermath import lost_checkpoint
 from chaosckpt.conductor.trial.arm import Armed
 from chaosckpt.conductor.trial.context import Context, rel
@@ -71,7 +71,9 @@ def recovered(ctx: Context, ref: ProcessLog, armed: Armed, run: Faulted, resumed
         lost = run.step
     measured = Measured(run.fault, run.last_good, outcome=rec.outcome, recovered_step=rec.recovered_step,
                         error=rec.error, error_path=rel(rec.error_path, armed.work), lost_steps=lost)
-    return measured.found(*_damage(ctx, armed, run, resumed, measured))
+    taken = provenance.weights_taken(resumed.log.trainer(), lambda p: rel(p, armed.work) or p) \
+        if rec.outcome == "unknown-state" else []
+    return measured.found(*_damage(ctx, armed, run, resumed, measured), *taken)
 
 
 def _damage(ctx: Context, armed: Armed, run: Faulted, resumed: Resumed, measured: Measured) -> List[Finding]:

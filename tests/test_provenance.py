@@ -1,0 +1,96 @@
+"""Which tensor set a resume took its weights from: the agent's samples of a loaded checkpoint's sets and of the
+parameters, and the conductor's matching of the two (chaosckpt/conductor/trial/provenance.py)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from chaosckpt.agent import fingerprint, tensorsets
+from chaosckpt.conductor.runs.runlog import ProcessLog
+from chaosckpt.conductor.trial import provenance
+
+
+def _copy(model, dtype=torch.float32):
+    return {k: v.detach().to(dtype).clone() for k, v in model.state_dict().items()}
+
+
+def _checkpoint():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+    ema = {k: v * 0.5 for k, v in _copy(model).items()}
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(torch.randn(4, 8)).sum().backward()
+    opt.step()
+    return {"model": _copy(model), "ema": ema, "model_fp16": _copy(model, torch.float16), "opt": opt.state_dict(),
+            "step": 3, "torch": torch.get_rng_state()}
+
+
+def _resumed(ckpt, key, path="/w/ckpt/last.pt"):
+    """The events of a resume that loaded ``ckpt`` and put its ``key`` tensors into a fresh model."""
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+    if key is not None:
+        model.load_state_dict(ckpt[key])
+    load = {"path": path, "ok": True, "sets": tensorsets.tensor_sets(ckpt)}
+    step = {"step": 1, "samples": fingerprint.value_samples(model.parameters())}
+    return ProcessLog(pid=1, steps=[step], loads=[load])
+
+
+def _taken(log):
+    return provenance.weights_taken(log, lambda p: p.replace("/w/", ""))
+
+
+def test_the_agent_finds_each_mapping_of_floating_tensors_and_no_counter_or_rng_state():
+    sets = tensorsets.tensor_sets(_checkpoint())
+    assert [(s["key"], s["dtype"]) for s in sets] == [("model", "float32"), ("ema", "float32"),
+                                                      ("model_fp16", "float16")]
+    assert list(sets[0]["samples"]) == ["0.weight", "0.bias", "2.weight", "2.bias"]
+
+
+def test_a_bare_state_dict_is_the_file_s_top_level():
+    sets = tensorsets.tensor_sets(_checkpoint()["model"])
+    assert [s["key"] for s in sets] == [""]
+
+
+def test_a_half_precision_copy_samples_like_the_float32_parameters_it_was_loaded_into():
+    t = torch.randn(3000)
+    assert fingerprint.value_samples([t.half()]) == fingerprint.value_samples([t.half().float()])
+    assert fingerprint.value_samples([t.half()]) != fingerprint.value_samples([t])
+
+
+def test_a_resume_that_loaded_the_ema_is_told_it_took_the_ema_not_the_model():
+    [found] = _taken(_resumed(_checkpoint(), "ema"))
+    assert found.kind == "resumed-other-weights"
+    assert (found.details["key"], found.details["model_key"], found.details["path"]) == ("ema", "model", "ckpt/last.pt")
+    assert found.message == ("the resume continued from the tensors under 'ema' in ckpt/last.pt, not the model's "
+                             "('model'): load the model's weights from 'model' and 'ema' into the EMA module")
+
+
+def test_a_resume_that_loaded_the_half_precision_copy_is_told_so():
+    [found] = _taken(_resumed(_checkpoint(), "model_fp16"))
+    assert found.details["key"] == "model_fp16" and found.details["dtype"] == "float16"
+    assert "the half-precision copy under 'model_fp16' in ckpt/last.pt" in found.message
+    assert "keep the half-precision copy for inference" in found.message
+
+
+def test_a_resume_whose_weights_match_no_set_says_so_with_the_closest():
+    ckpt = _checkpoint()
+    log = _resumed(ckpt, "model")
+    log.steps[0]["samples"][0] = "00000000"  # one parameter changed after the load
+    [found] = _taken(log)
+    assert found.kind == "resumed-weights-unmatched"
+    assert "match none of the tensor sets" in found.message
+    assert "the closest, 'model' in ckpt/last.pt, holds 3 of its 4 parameters" in found.message
+
+
+def test_no_finding_when_the_resume_loaded_no_tensor_set():
+    log = ProcessLog(pid=1, steps=[{"step": 1}], loads=[{"path": "/w/x.pt", "ok": True}])
+    assert _taken(log) == [] and provenance.weights_taken(None, str) == []
+
+
+def test_identical_parameters_are_each_matched_by_their_own_tensor():
+    zeros = {"a": torch.zeros(4), "b": torch.zeros(4)}
+    held = tensorsets.tensor_sets({"m": zeros})[0]["samples"]
+    twice = fingerprint.value_samples([torch.zeros(4)] * 2)
+    assert provenance._matched(twice, held) == 2
+    assert provenance._matched(twice * 2, held) == 2
