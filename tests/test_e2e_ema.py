@@ -37,3 +37,10 @@ def test_a_resume_that_loads_the_model_s_own_weights_passes(tmp_path):
     assert rc == 0 and t["status"] == "passed" and t["outcome"] == "last-good" and t["reproduced"] is True, \
         t["headline"]
     assert not [f for f in t["findings"] if f["kind"].startswith("resumed-")]
+
+
+def test_a_power_loss_that_the_fsynced_checkpoint_survived_is_no_lost_checkpoint_when_the_resume_took_the_ema(tmp_path):
+    rc, t = judged(tmp_path, JOB, "-s", "power-loss")
+    kinds = [f["kind"] for f in t["findings"]]
+    assert rc == 1 and t["outcome"] == "unknown-state" and t["last_good_step"] == 16, t["headline"]
+    assert "resumed-other-weights" in kinds and "acknowledged-checkpoint-lost" not in kinds, kinds
