@@ -94,3 +94,12 @@ def test_identical_parameters_are_each_matched_by_their_own_tensor():
     twice = fingerprint.value_samples([torch.zeros(4)] * 2)
     assert provenance._matched(twice, held) == 2
     assert provenance._matched(twice * 2, held) == 2
+
+
+def test_a_load_after_the_first_step_is_not_where_the_resume_started():
+    log = _resumed(_checkpoint(), "ema")
+    log.steps[0]["ts"], log.loads[0]["ts"] = 1.0, 2.0
+    assert _taken(log) == []
+    log.steps[0].pop("samples")
+    log.loads[0]["ts"] = 0.5
+    assert _taken(log) == []

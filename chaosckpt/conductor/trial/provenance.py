@@ -48,13 +48,19 @@ def _matched(samples: List[str], held: dict) -> int:
     return count
 
 
+def _first_samples(resumed: ProcessLog) -> Optional[List[str]]:
+    """The samples of the parameters the resumed process's first step started from, when the agent took them."""
+    return resumed.steps[0].get("samples") if resumed.steps else None
+
+
 def candidates(resumed: ProcessLog, name: Callable[[str], str]) -> List[TensorSet]:
-    """Every tensor set the resumed process loaded, with how many of its first parameters each holds."""
-    samples = next((s["samples"] for s in resumed.steps if "samples" in s), None)
+    """Every tensor set the resumed process loaded before its first step, with how many of the parameters that
+    step started from each holds."""
+    samples = _first_samples(resumed)
     if samples is None:
         return []
     out = []
-    for load in resumed.loads:
+    for load in [e for e in resumed.loads if e.get("ts", 0.0) <= resumed.steps[0].get("ts", float("inf"))]:
         for held in load.get("sets") or []:
             out.append(TensorSet(name(load.get("path") or "a file object"), held["key"], held["dtype"],
                                  tuple(held["samples"]), _matched(samples, held["samples"])))
@@ -117,7 +123,7 @@ def weights_taken(resumed: Optional[ProcessLog], name: Callable[[str], str]) -> 
     sets = candidates(resumed, name) if resumed is not None else []
     if not sets:
         return []
-    params = len(next(s["samples"] for s in resumed.steps if "samples" in s))
+    params = len(_first_samples(resumed) or [])
     whole = [s for s in sets if s.matched == params and params]
     if not whole:
         return [unmatched(sets, params)]
