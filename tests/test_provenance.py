@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from chaosckpt.agent import fingerprint, tensorsets
+from chaosckpt.agent.recorder import Recorder
 from chaosckpt.conductor.runs.runlog import ProcessLog
 from chaosckpt.conductor.trial import provenance
 
@@ -103,3 +104,34 @@ def test_a_load_after_the_first_step_is_not_where_the_resume_started():
     log.steps[0].pop("samples")
     log.loads[0]["ts"] = 0.5
     assert _taken(log) == []
+
+
+class _Events:
+    def __init__(self):
+        self.events = []
+
+    def emit(self, kind, **fields):
+        self.events.append({"t": kind, **fields})
+
+
+def test_the_recorder_samples_the_parameters_only_at_the_first_step_after_a_load_of_tensor_sets():
+    events = _Events()
+    rec = Recorder(events, None, None)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    rec.optimizer_created(opt)
+    ckpt = _checkpoint()
+    rec.loaded("/w/plain.pt", {"step": 3}, None)  # no tensor set: nothing to sample against
+    for _ in range(2):
+        rec.on_step(opt)
+        rec.on_step_end(opt)
+    rec.loaded("/w/last.pt", ckpt, None)
+    model.load_state_dict(ckpt["ema"])
+    for _ in range(2):
+        rec.on_step(opt)
+        rec.on_step_end(opt)
+    loads = [e for e in events.events if e["t"] == "load"]
+    steps = [e for e in events.events if e["t"] == "step"]
+    assert "sets" not in loads[0] and [s["key"] for s in loads[1]["sets"]] == ["model", "ema", "model_fp16"]
+    assert ["samples" in s for s in steps] == [False, False, True, False]
+    assert steps[2]["samples"] == list(loads[1]["sets"][1]["samples"].values())

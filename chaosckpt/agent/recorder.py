@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Dict, Iterator, List, NamedTuple, Optiona
 import torch
 
 from chaosckpt import protocol
-from chaosckpt.agent import faults, fingerprint, tensorsets
+from chaosckpt.agent import faults, fingerprint
 from chaosckpt.agent.channel import EventWriter
 from chaosckpt.agent.faults import ArmedFault
 from chaosckpt.agent.horizon import Horizon
@@ -368,6 +368,8 @@ class Recorder:
         sets: List[Dict[str, object]] = []
         if error is None and isinstance(result, dict) and self.enabled:
             try:
+                from chaosckpt.agent import tensorsets  # at the first load, not in every process's start-up
+
                 sets = tensorsets.tensor_sets(result)
             except Exception:  # tensors it cannot sample: the load is still recorded
                 sets = []
