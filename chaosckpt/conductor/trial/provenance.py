@@ -120,7 +120,9 @@ def unmatched(sets: List[TensorSet], params: int) -> Finding:
 def weights_taken(resumed: Optional[ProcessLog], name: Callable[[str], str]) -> List[Finding]:
     """For a resume that started from a state no run recorded: the tensor set in the files it loaded that its
     first parameters came from, or that none did; nothing when it loaded no tensor set chaosckpt could sample."""
-    sets = candidates(resumed, name) if resumed is not None else []
+    if resumed is None:
+        return []
+    sets = candidates(resumed, name)
     if not sets:
         return []
     params = len(_first_samples(resumed) or [])
