@@ -81,7 +81,7 @@ def test_a_resume_whose_weights_match_no_set_says_so_with_the_closest():
     [found] = _taken(log)
     assert found.kind == "resumed-weights-unmatched"
     assert "match none of the tensor sets" in found.message
-    assert "the closest, 'model' in ckpt/last.pt, holds 3 of its 4 parameters" in found.message
+    assert "the closest, under 'model' in ckpt/last.pt, holds 3 of its 4 parameters" in found.message
 
 
 def test_no_finding_when_the_resume_loaded_no_tensor_set():
@@ -135,3 +135,11 @@ def test_the_recorder_samples_the_parameters_only_at_the_first_step_after_a_load
     assert "sets" not in loads[0] and [s["key"] for s in loads[1]["sets"]] == ["model", "ema", "model_fp16"]
     assert ["samples" in s for s in steps] == [False, False, True, False]
     assert steps[2]["samples"] == list(loads[1]["sets"][1]["samples"].values())
+
+
+def test_a_bare_state_dict_taken_is_at_the_top_level_of_its_file():
+    ckpt = _checkpoint()
+    log = _resumed(ckpt["ema"], None, path="/w/ckpt/ema.pt")
+    log.steps[0]["samples"] = fingerprint.value_samples(ckpt["ema"].values())
+    [found] = _taken(log)
+    assert found.message.startswith("the resume continued from the tensors at the top level of ckpt/ema.pt: ")

@@ -37,6 +37,11 @@ def _shown(key: str) -> str:
     return f"'{key}'" if key else "the file's top level"
 
 
+def _place(s: TensorSet) -> str:
+    """Where a set is: "under 'ema' in ckpt/last.pt", or "at the top level of ckpt/model.pt"."""
+    return f"under '{s.key}' in {s.path}" if s.key else f"at the top level of {s.path}"
+
+
 def _matched(samples: List[str], held: dict) -> int:
     """How many of the parameters' samples the set holds (each of its tensors counted once)."""
     left = Counter(held.values())
@@ -62,7 +67,8 @@ def candidates(resumed: ProcessLog, name: Callable[[str], str]) -> List[TensorSe
     out = []
     for load in [e for e in resumed.loads if e.get("ts", 0.0) <= resumed.steps[0].get("ts", float("inf"))]:
         for held in load.get("sets") or []:
-            out.append(TensorSet(name(load.get("path") or "a file object"), held["key"], held["dtype"],
+            path = load.get("path")
+            out.append(TensorSet(name(path) if path else "a file object", held["key"], held["dtype"],
                                  tuple(held["samples"]), _matched(samples, held["samples"])))
     return out
 
@@ -90,12 +96,13 @@ def _fix(took: TensorSet, model: Optional[TensorSet]) -> str:
 def took(took: TensorSet, sets: List[TensorSet], params: int) -> Finding:
     """The resume continued from ``took``: which tensors, not which it should have, and the fix."""
     model = _model_set(took, sets)
-    what = "the half-precision copy under " if took.dtype in HALF else "the tensors under "
-    rounded = " (its parameters equal those values exactly, the copy's rounding included)" if took.dtype in HALF else ""
+    what = "the half-precision copy " if took.dtype in HALF else "the tensors "
+    rounded = (f" (the parameters equal its {took.dtype} values exactly: the weights rounded to half precision)"
+               if took.dtype in HALF else "")
     instead = f", not the model's ({_shown(model.key)})" if model is not None else ""
     return Finding(
         "resumed-other-weights",
-        f"the resume continued from {what}{_shown(took.key)} in {took.path}{rounded}{instead}: "
+        f"the resume continued from {what}{_place(took)}{rounded}{instead}: "
         f"{_fix(took, model)}",
         {"path": took.path, "key": took.key, "dtype": took.dtype, "params": params,
          "model_key": None if model is None else model.key},
@@ -104,10 +111,10 @@ def took(took: TensorSet, sets: List[TensorSet], params: int) -> Finding:
 
 def unmatched(sets: List[TensorSet], params: int) -> Finding:
     """No set holds the resume's first parameters: said plainly, with the closest."""
-    shown = ", ".join(f"{_shown(s.key)} in {s.path}" for s in sets[:SETS_NAMED])
+    shown = ", ".join(_place(s) for s in sets[:SETS_NAMED])
     more = f" and {len(sets) - SETS_NAMED} more" if len(sets) > SETS_NAMED else ""
     best = max(sets, key=lambda s: s.matched)
-    closest = (f"; the closest, {_shown(best.key)} in {best.path}, holds {best.matched} of its {params} parameters"
+    closest = (f"; the closest, {_place(best)}, holds {best.matched} of its {params} parameters"
                if best.matched else "")
     return Finding(
         "resumed-weights-unmatched",
