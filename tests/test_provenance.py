@@ -143,3 +143,17 @@ def test_a_bare_state_dict_taken_is_at_the_top_level_of_its_file():
     log.steps[0]["samples"] = fingerprint.value_samples(ckpt["ema"].values())
     [found] = _taken(log)
     assert found.message.startswith("the resume continued from the tensors at the top level of ckpt/ema.pt: ")
+
+
+def test_the_unknown_state_headline_ends_with_the_weights_taken_unless_that_finding_is_ignored():
+    from chaosckpt.conductor.results.result import Finding, Trial
+    from chaosckpt.conductor.trial import render, verdict
+
+    taken = Finding("resumed-other-weights", "the resume continued from the tensors under 'ema' in ckpt/last.pt")
+    trial = Trial(scenario="s", status="failed", headline="", outcome="unknown-state", last_good_step=8,
+                  findings=[taken])
+    assert render.headline(trial) == ("FAILED s: the resumed job started from a state no run recorded (neither a "
+                                      "saved checkpoint nor the initial model); the last good checkpoint was step 8; "
+                                      "the resume continued from the tensors under 'ema' in ckpt/last.pt")
+    trial.findings = verdict.settle(trial.findings, ["resumed-other-weights"], reproduced=None)
+    assert render.headline(trial).endswith("the last good checkpoint was step 8")
