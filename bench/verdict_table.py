@@ -34,7 +34,7 @@ NODE_SCENARIOS = ("node-power-loss", "node-loss")
 """Scenarios of multi-node jobs (``--nnodes``): judged by tests/test_nodes.py on nodes of their own, not here."""
 
 EXPLAINING = ("resume-chose-incomplete", "resume-chose-dcp-without-metadata", "rotation-before-complete",
-              "resume-exited", "acknowledged-checkpoint-lost", "move-became-copy", "torn-checkpoint", "in-place-save",
+              "resume-exited", "acknowledged-checkpoint-lost", "move-became-copy", "torn-checkpoint", "in-place-save", "resumed-other-weights",
               "ranks-disagree", "eval-mode-in-training", "rng-captured-early", "rng-drawn-after-restore",
               "rng-not-restored", "epoch-order-replayed", "epoch-order-differs", "step-count-differs", "sampler-overlap",
               "sampler-missing", "resume-hung")
@@ -61,6 +61,8 @@ JOBS = {
     "membuf_job": Job("tests/jobs/membuf_job.py", "tests/jobs/membuf_job.py", ()),
     "membuf_robust": Job("tests/jobs/membuf_job.py --robust", "tests/jobs/membuf_job.py", ("--robust",)),
     "bestcopy_job": Job("tests/jobs/bestcopy_job.py", "tests/jobs/bestcopy_job.py", ()),
+    "ema_job": Job("tests/jobs/ema_job.py", "tests/jobs/ema_job.py", ()),
+    "ema_job_model": Job("tests/jobs/ema_job.py --load model", "tests/jobs/ema_job.py", ("--load", "model")),
 }
 
 SWEEP_JOBS = {
@@ -164,6 +166,20 @@ ROWS: List[Tuple[str, str, str, str, str]] = [
      "last.pt is fsynced and survives; best.pt, copied after the save without an fsync, comes back empty"),
     ("bestcopy_job", "eval-left-on", "PASSED", "last-good", "no dropout or batch norm: eval mode computes the same"),
     ("bestcopy_job", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
+    ("ema_job", "kill9-mid-save", "FAILED", "unknown-state, resumed-other-weights",
+     "last.pt is atomic and survives, but the resume loads its 'ema' tensors into the model (ema_job.truth.md)"),
+    ("ema_job", "enospc", "FAILED", "unknown-state, resumed-other-weights",
+     "the full disk fails the temporary file; the resume loads last.pt's 'ema' tensors into the model"),
+    ("ema_job", "power-loss", "FAILED", "unknown-state, resumed-other-weights",
+     "data and name fsynced, last.pt survives; the resume loads its 'ema' tensors into the model"),
+    ("ema_job", "eval-left-on", "FAILED", "unknown-state, resumed-other-weights",
+     "the resume loads the 'ema' tensors into the model (no dropout or batch norm: eval mode changes nothing)"),
+    ("ema_job", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
+    ("ema_job_model", "kill9-mid-save", "PASSED", "last-good", "atomic save; the resume loads 'model' into the model"),
+    ("ema_job_model", "enospc", "PASSED", "last-good", "the full disk fails the temporary file; last.pt is intact"),
+    ("ema_job_model", "power-loss", "PASSED", "last-good", "data and name fsynced before the save returns"),
+    ("ema_job_model", "eval-left-on", "PASSED", "last-good", "no dropout or batch norm: eval mode computes the same"),
+    ("ema_job_model", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
 ]
 
 SWEEP_ROWS: List[Tuple[str, str, str, str, str]] = [

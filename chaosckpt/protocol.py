@@ -26,7 +26,9 @@ and ``pid``. The event types and their own fields:
                 its forward; after a save, the first batch after it), ``aliases`` (first step: private stream name -> the other
                 places the same generator is held), and, on the first step of
                 the process and the first step after a load, ``digest`` (exact,
-                order-sensitive digest of all parameters).
+                order-sensitive digest of all parameters); on the first step after a load whose
+                object held tensor sets, ``samples`` (per parameter, the CRC-32 of a fixed
+                sample of its values as float32, to match against those sets).
 ``save-begin``  a checkpoint started: the first save call after a step. A
                 checkpoint is every save call between two steps (a Trainer's model,
                 optimizer, scheduler and RNG files). ``save`` (1-based index of the
@@ -55,7 +57,10 @@ and ``pid``. The event types and their own fields:
                 (findings about its objects taken together: view bloat, RNG states
                 missing for streams the loop draws from, no step).
 ``load``        ``torch.load`` returned or raised. ``path`` (or null), ``ok``,
-                ``error`` (one line, or null), ``keys`` (top-level keys of a dict).
+                ``error`` (one line, or null), ``keys`` (top-level keys of a dict), ``sets``
+                (when it held any: each mapping of floating tensors in it, as ``key``, its
+                key path, "" for the object itself, ``dtype`` and ``samples``, tensor
+                name -> the CRC-32 of the same sample as the step's ``samples``).
 ``restore``     state was put back into the job. ``what`` ("module", "optimizer",
                 "torch-rng", "python-rng"), ``name`` (class name); an RNG restore
                 before the first step adds ``rng`` (the process-wide streams'
@@ -293,6 +298,8 @@ FindingKind = Literal[
     "resume-exited",
     "resume-hung",
     "resume-not-resuming",
+    "resumed-other-weights",
+    "resumed-weights-unmatched",
     "rng-captured-early",
     "rng-drawn-after-restore",
     "rng-not-restored",
@@ -312,8 +319,8 @@ FindingKind = Literal[
 FINDING_KINDS = get_args(FindingKind)
 
 _ERRORS: tuple[FindingKind, ...] = ("acknowledged-checkpoint-lost", "no-loadable-checkpoint", "ranks-disagree", "resume-exited",
-           "resume-hung")
-_NOTES: tuple[FindingKind, ...] = ("crash-at-exit", "not-interposed", "sweep")
+           "resume-hung", "resumed-other-weights")
+_NOTES: tuple[FindingKind, ...] = ("crash-at-exit", "not-interposed", "resumed-weights-unmatched", "sweep")
 # ``sweep-untried`` (classes of crash state a sweep never resumed) is a warning: no defect of the job, but what was
 # not tried could still fail it, so the verdict leaves a trial that would pass inconclusive (``verdict.UNSETTLING``).
 SEVERITY: Dict[str, Severity] = {

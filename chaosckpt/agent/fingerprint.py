@@ -13,7 +13,7 @@ import ctypes
 import random
 import sys
 import zlib
-from typing import Dict, Iterable, Tuple
+from typing import Dict, Iterable, List, Tuple
 
 import torch
 
@@ -100,3 +100,23 @@ def _cuda() -> Dict[str, str]:
     if not torch.cuda.is_initialized():
         return {}
     return {f"cuda:{i}": f"{crc_of_tensor(torch.cuda.get_rng_state(i)):08x}" for i in range(torch.cuda.device_count())}
+
+
+def value_samples(tensors: Iterable[torch.Tensor]) -> List[str]:
+    """Per floating tensor, the CRC-32 of a fixed strided sample of its values as float32: the same for a tensor
+    and a copy in another floating dtype that holds its values exactly (a half-precision copy loaded into float32
+    parameters), so a resume's parameters can be told apart by the tensors they were loaded from."""
+    samples = []
+    with torch.no_grad():
+        for t in tensors:
+            flat = local(t).detach().reshape(-1)
+            samples.append(flat[::max(1, flat.numel() // SAMPLES_PER_PARAM)].to(torch.float32))
+    if not samples:
+        return []
+    devices = {s.device for s in samples}
+    host = torch.cat(samples).cpu() if len(devices) == 1 else torch.cat([s.cpu() for s in samples])
+    out, at = [], 0
+    for s in samples:
+        out.append(f"{crc_of_tensor(host[at:at + s.numel()]):08x}")
+        at += s.numel()
+    return out

@@ -49,6 +49,7 @@ class Recorder:
         self._fetch_rng: Optional[Dict[str, str]] = None
         self._scaled: Dict[int, torch.Tensor] = {}
         self._need_digest = True
+        self._sample_next = False  # a checkpoint's tensor sets were loaded: the next step samples each parameter
         self.checkpoint: Optional[Checkpoint] = None  # open from a checkpoint's first save call to the next step
         self.saving_via: Optional[str] = None
         self.saving_path: Optional[str] = None
@@ -214,6 +215,9 @@ class Recorder:
         if self._need_digest:
             fields["digest"] = fingerprint.exact_digest(params)
             self._need_digest = False
+        if self._sample_next:
+            fields["samples"] = fingerprint.value_samples(params)
+            self._sample_next = False
         self._step_fields = fields
 
     def on_scaler_update(self) -> None:
@@ -362,14 +366,24 @@ class Recorder:
 
     def loaded(self, path: Optional[str], result: object, error: Optional[BaseException]) -> None:
         keys = [str(k) for k in list(result)[:50]] if isinstance(result, dict) else None
+        sets: List[Dict[str, object]] = []
+        if error is None and isinstance(result, dict) and self.enabled:
+            try:
+                from chaosckpt.agent import tensorsets  # at the first load, not in every process's start-up
+
+                sets = tensorsets.tensor_sets(result)
+            except Exception:  # tensors it cannot sample: the load is still recorded
+                sets = []
         self.emit(
             "load",
             path=None if path is None else os.path.abspath(path),
             ok=error is None,
             error=None if error is None else _one_line(error),
             keys=keys,
+            **({"sets": sets} if sets else {}),
         )
         self._need_digest = True
+        self._sample_next = self._sample_next or bool(sets)
 
     def restored(self, what: str, obj: object) -> None:
         if what in ("module", "optimizer"):

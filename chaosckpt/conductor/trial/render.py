@@ -76,8 +76,9 @@ def headline(trial: Trial) -> str:
         return (f"{verdict} {name}: resumed from step {trial.recovered_step}, older than the last good checkpoint "
                 f"(step {lg}): {trial.lost_steps} steps of work lost")
     if outcome == "unknown-state":
+        taken = next((f.message for f in trial.findings if f.kind == "resumed-other-weights" and not f.ignored), None)
         return (f"{verdict} {name}: the resumed job started from a state no run recorded "
-                f"(neither a saved checkpoint nor the initial model); {last_good}")
+                f"(neither a saved checkpoint nor the initial model); {last_good}" + (f"; {taken}" if taken else ""))
     start = f"resumed from the last good checkpoint (step {trial.recovered_step})"
     how = "bitwise" if trial.tolerance == 0 else f"within relative tolerance {trial.tolerance:g}"
     if trial.reproduced:

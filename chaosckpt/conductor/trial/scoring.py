@@ -10,7 +10,7 @@ from chaosckpt.conductor.disk import copies
 from chaosckpt.conductor.results.result import Finding
 from chaosckpt.conductor.runs import exits
 from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog
-from chaosckpt.conductor.trial import ranks, score
+from chaosckpt.conductor.trial import provenance, ranks, score
 from chaosckpt.conductor.trial.aftermath import lost_checkpoint
 from chaosckpt.conductor.trial.arm import Armed
 from chaosckpt.conductor.trial.context import Context, rel
@@ -71,11 +71,17 @@ def recovered(ctx: Context, ref: ProcessLog, armed: Armed, run: Faulted, resumed
         lost = run.step
     measured = Measured(run.fault, run.last_good, outcome=rec.outcome, recovered_step=rec.recovered_step,
                         error=rec.error, error_path=rel(rec.error_path, armed.work), lost_steps=lost)
-    return measured.found(*_damage(ctx, armed, run, resumed, measured))
+    taken = provenance.weights_taken(resumed.log.trainer(), lambda p: rel(p, armed.work) or p) \
+        if rec.outcome == "unknown-state" else []
+    traced = any(f.kind == "resumed-other-weights" for f in taken)
+    return measured.found(*_damage(ctx, armed, run, resumed, measured, traced), *taken)
 
 
-def _damage(ctx: Context, armed: Armed, run: Faulted, resumed: Resumed, measured: Measured) -> List[Finding]:
-    """What the fault did to the files the resume found, and a resume that did not resume."""
+def _damage(ctx: Context, armed: Armed, run: Faulted, resumed: Resumed, measured: Measured,
+            traced: bool = False) -> List[Finding]:
+    """What the fault did to the files the resume found, and a resume that did not resume (``traced``: the
+    resume's weights came from another tensor set of a file it loaded, so a power loss took no checkpoint the
+    crash model does not show losing)."""
     found = []
     if measured.outcome == "scratch" and ctx.opts.resume_command == ctx.opts.command:
         found.append(Finding(
@@ -88,7 +94,9 @@ def _damage(ctx: Context, armed: Armed, run: Faulted, resumed: Resumed, measured
     found += torn_copies(run.fault, run.proc, resumed.log, armed.work, measured.error_path, measured.recovered_step)
     power_lost = armed.disk is not None and ctx.scenario.kind.needs_aftermath and run.completed
     if power_lost and measured.outcome != "last-good":
-        found.append(lost_checkpoint(ctx, run.completed[-1], run.log.ops(), armed, measured.error_path))
+        lost = lost_checkpoint(ctx, run.completed[-1], run.log.ops(), armed, measured.error_path)
+        if not traced or lost.details["missing"] is not None:
+            found.append(lost)
     if power_lost:
         found += copies.lost(run.completed[-1], run.log.ops(), armed.disk, ctx.scenario.trigger.model,
                              lambda p: rel(p, armed.work) or p)
