@@ -35,7 +35,7 @@ NODE_SCENARIOS = ("node-power-loss", "node-loss")
 
 EXPLAINING = ("resume-chose-incomplete", "resume-chose-dcp-without-metadata", "rotation-before-complete",
               "resume-exited", "acknowledged-checkpoint-lost", "move-became-copy", "torn-checkpoint", "in-place-save",
-              "ranks-disagree", "eval-mode-in-training", "rng-captured-early", "rng-drawn-after-restore",
+              "ranks-disagree", "steps-skipped", "steps-replayed", "eval-mode-in-training", "rng-captured-early", "rng-drawn-after-restore",
               "rng-not-restored", "epoch-order-replayed", "epoch-order-differs", "step-count-differs", "sampler-overlap",
               "sampler-missing", "resume-hung")
 """Finding kinds that say why a trial failed, most telling first: the first one present is its cause."""

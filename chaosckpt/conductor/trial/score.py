@@ -10,7 +10,7 @@ from typing import Dict, List, Optional, Tuple
 from chaosckpt.conductor.results.result import Finding, Outcome
 from chaosckpt.conductor.runs import logcap
 from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog
-from chaosckpt.conductor.trial import rng_capture
+from chaosckpt.conductor.trial import alignment, rng_capture
 
 
 @dataclass
@@ -176,7 +176,7 @@ def trajectory(reference: ProcessLog, resume: ProcessLog, start: int, tolerance:
     modes = eval_findings(reference, resume, start)
     findings.extend(modes)
     if divergent is not None:
-        findings.extend(rng_findings(reference, resume, start, modes_differ=bool(modes)))
+        findings.extend(_divergence_causes(reference, resume, start, modes_differ=bool(modes)))
     return Trajectory(
         reproduced=divergent is None,
         compared=compared,
@@ -184,6 +184,15 @@ def trajectory(reference: ProcessLog, resume: ProcessLog, start: int, tolerance:
         max_loss_diff=max_diff if compared else None,
         findings=findings,
     )
+
+
+def _divergence_causes(reference: ProcessLog, resume: ProcessLog, start: int, modes_differ: bool) -> List[Finding]:
+    """Why the resumed steps differ: steps skipped or replayed (the resume trained on other batches than the
+    uninterrupted run after ``start``, so its random streams are not compared step for step), else random streams."""
+    shifted = alignment.finding(reference, resume, start)
+    if shifted is not None:
+        return [shifted]
+    return rng_findings(reference, resume, start, modes_differ=modes_differ)
 
 
 def rng_findings(reference: ProcessLog, resume: ProcessLog, start: int, modes_differ: bool = False) -> List[Finding]:
