@@ -110,15 +110,26 @@ def test_an_evaluation_loader_s_passes_are_not_the_training_passes():
     assert alignment.finding(ref, resumed_on(next_epoch_after(5)), 5).kind == "steps-skipped"
 
 
-def test_the_trajectory_names_the_shift_instead_of_the_random_streams():
+def test_the_random_streams_are_compared_where_the_resume_s_first_batch_was_trained():
     ref = reference()
-    resume = resumed_on(next_epoch_after(5))
-    resume.steps[0]["rng"] = {"torch": "elsewhere"}
     for s in ref.steps:
         s["rng"] = {"torch": f"t{s['step']}"}
+    resume = resumed_on(next_epoch_after(5))
+    resume.steps[0]["rng"] = {"torch": "t13"}  # as at the uninterrupted run's step 13, not its step 6
     traj = score.trajectory(ref, resume, 5, 0.0)
     assert not traj.reproduced and traj.first_divergent_step == 6
     assert [f.kind for f in traj.findings] == ["steps-skipped"]
+    resume.steps[0]["rng"] = {"torch": "elsewhere"}
+    skipped, stream = score.trajectory(ref, resume, 5, 0.0).findings
+    assert (skipped.kind, stream.kind, stream.details["step"]) == ("steps-skipped", "rng-not-restored", 13)
+
+
+def test_a_resume_that_began_inside_another_pass_is_left_to_the_random_streams():
+    """Its position in the epoch was kept, but its pass drew another epoch's order (a generator not restored)."""
+    ref = reference()
+    mid_pass = [batch(0, p) for p in range(5, EPOCH)] + [batch(1, p) for p in range(EPOCH)]
+    assert alignment.shift(ref.steps, resumed_on(mid_pass).steps, 12 + 5) is not None
+    assert alignment.finding(ref, resumed_on(mid_pass), 12 + 5) is None
 
 
 def preloaded(digests=("d0", "d10"), pre=1):

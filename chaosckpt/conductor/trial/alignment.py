@@ -5,8 +5,10 @@ DataLoader patch). A resume that starts from the checkpoint of step S should tra
 uninterrupted run trained on at step S+1. When it trains on the batch of a later step instead, it skipped the steps
 between (a mid-epoch checkpoint that recorded only the epoch, resumed at the next epoch); on an earlier one, it
 replays steps the checkpoint already holds (the epoch restarted from its first batch). Both are named with the steps
-they concern. A checkpoint taken at the boundary of a DataLoader pass is left to the pass-order check
-(``coverage.order``): there the resumed pass's order is the question, not where in the pass it began.
+they concern. Only a resume that began a DataLoader pass at its first batch, from a checkpoint taken inside a
+pass, is named so: that is where an epoch counter without the position in the epoch leads. A checkpoint taken at
+the boundary of a pass is left to the pass-order check (``coverage.order``), and a resume that began inside a pass
+on another pass's batches (a loader generator not restored) to the random-stream checks.
 """
 
 from __future__ import annotations
@@ -110,10 +112,11 @@ def finding(reference: ProcessLog, resumed: ProcessLog, start: int) -> Optional[
     """``steps-skipped`` or ``steps-replayed`` when the resume's batches line up with the reference's elsewhere
     than after ``start`` steps, with the steps it concerns and its fix; None when they line up there."""
     passes = training_passes(reference)
-    if any(e.get("step") == start for e in passes):
+    starts = {e.get("step") for e in passes}
+    if start in starts:
         return None
     found = shift(reference.steps, resumed.steps, start)
-    if found is None:
+    if found is None or (starts and found.aligned not in starts):
         return None
     first, last = found.steps
     evidence = {"first_step": first, "last_step": last, "checkpoint_step": start, "batch_of_step": found.aligned + 1}

@@ -187,12 +187,14 @@ def trajectory(reference: ProcessLog, resume: ProcessLog, start: int, tolerance:
 
 
 def _divergence_causes(reference: ProcessLog, resume: ProcessLog, start: int, modes_differ: bool) -> List[Finding]:
-    """Why the resumed steps differ: steps skipped or replayed (the resume trained on other batches than the
-    uninterrupted run after ``start``, so its random streams are not compared step for step), else random streams."""
+    """Why the resumed steps differ: steps skipped or replayed, and random streams not as they were where the
+    uninterrupted run trained on the batch the resume's first step trained on (after ``start`` steps when nothing
+    was skipped or replayed)."""
     shifted = alignment.finding(reference, resume, start)
-    if shifted is not None:
-        return [shifted]
-    return rng_findings(reference, resume, start, modes_differ=modes_differ)
+    if shifted is None:
+        return rng_findings(reference, resume, start, modes_differ=modes_differ)
+    at = shifted.details["batch_of_step"] - 1
+    return [shifted, *rng_findings(reference, resume, at, modes_differ=modes_differ)]
 
 
 def rng_findings(reference: ProcessLog, resume: ProcessLog, start: int, modes_differ: bool = False) -> List[Finding]:
