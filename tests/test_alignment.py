@@ -122,6 +122,10 @@ def test_the_random_streams_are_compared_where_the_resume_s_first_batch_was_trai
     resume.steps[0]["rng"] = {"torch": "elsewhere"}
     skipped, stream = score.trajectory(ref, resume, 5, 0.0).findings
     assert (skipped.kind, stream.kind, stream.details["step"]) == ("steps-skipped", "rng-not-restored", 13)
+    for s in resume.steps:
+        s["eval"] = ["model"]
+    assert [f.kind for f in score.trajectory(ref, resume, 5, 0.0).findings][:2] == [
+        "steps-skipped", "eval-mode-in-training"]  # the skip leads, whatever mode the modules trained in
 
 
 def test_a_resume_that_began_inside_another_pass_is_left_to_the_random_streams():

@@ -174,9 +174,13 @@ def trajectory(reference: ProcessLog, resume: ProcessLog, start: int, tolerance:
             )
         )
     modes = eval_findings(reference, resume, start)
-    findings.extend(modes)
+    # steps skipped or replayed lead: the resume then trained on other batches, whatever mode its modules were in
+    shifted = alignment.finding(reference, resume, start) if divergent is not None else None
+    findings.extend(modes if shifted is None else [shifted, *modes])
     if divergent is not None:
-        findings.extend(_divergence_causes(reference, resume, start, modes_differ=bool(modes)))
+        # random streams compared where the uninterrupted run trained the batch the resume's first step trained on
+        at = start if shifted is None else shifted.details["batch_of_step"] - 1
+        findings.extend(rng_findings(reference, resume, at, modes_differ=bool(modes)))
     return Trajectory(
         reproduced=divergent is None,
         compared=compared,
@@ -184,17 +188,6 @@ def trajectory(reference: ProcessLog, resume: ProcessLog, start: int, tolerance:
         max_loss_diff=max_diff if compared else None,
         findings=findings,
     )
-
-
-def _divergence_causes(reference: ProcessLog, resume: ProcessLog, start: int, modes_differ: bool) -> List[Finding]:
-    """Why the resumed steps differ: steps skipped or replayed, and random streams not as they were where the
-    uninterrupted run trained on the batch the resume's first step trained on (after ``start`` steps when nothing
-    was skipped or replayed)."""
-    shifted = alignment.finding(reference, resume, start)
-    if shifted is None:
-        return rng_findings(reference, resume, start, modes_differ=modes_differ)
-    at = shifted.details["batch_of_step"] - 1
-    return [shifted, *rng_findings(reference, resume, at, modes_differ=modes_differ)]
 
 
 def rng_findings(reference: ProcessLog, resume: ProcessLog, start: int, modes_differ: bool = False) -> List[Finding]:
