@@ -34,8 +34,9 @@ NODE_SCENARIOS = ("node-power-loss", "node-loss")
 """Scenarios of multi-node jobs (``--nnodes``): judged by tests/test_nodes.py on nodes of their own, not here."""
 
 EXPLAINING = ("resume-chose-incomplete", "resume-chose-dcp-without-metadata", "rotation-before-complete",
-              "resume-exited", "acknowledged-checkpoint-lost", "move-became-copy", "torn-checkpoint", "in-place-save", "resumed-other-weights",
-              "ranks-disagree", "eval-mode-in-training", "rng-captured-early", "rng-drawn-after-restore",
+              "resume-exited", "acknowledged-checkpoint-lost", "move-became-copy", "torn-checkpoint", "in-place-save",
+              "resumed-other-weights", "ranks-disagree", "steps-skipped", "steps-replayed", "eval-mode-in-training",
+              "rng-captured-early", "rng-drawn-after-restore",
               "rng-not-restored", "epoch-order-replayed", "epoch-order-differs", "step-count-differs", "sampler-overlap",
               "sampler-missing", "resume-hung")
 """Finding kinds that say why a trial failed, most telling first: the first one present is its cause."""
@@ -63,6 +64,12 @@ JOBS = {
     "bestcopy_job": Job("tests/jobs/bestcopy_job.py", "tests/jobs/bestcopy_job.py", ()),
     "ema_job": Job("tests/jobs/ema_job.py", "tests/jobs/ema_job.py", ()),
     "ema_job_model": Job("tests/jobs/ema_job.py --load model", "tests/jobs/ema_job.py", ("--load", "model")),
+    "midepoch_job": Job("tests/jobs/midepoch_job.py", "tests/jobs/midepoch_job.py", ()),
+    "midepoch_replay": Job("tests/jobs/midepoch_job.py --resume epoch-start", "tests/jobs/midepoch_job.py",
+                           ("--resume", "epoch-start")),
+    "midepoch_position": Job("tests/jobs/midepoch_job.py --resume position", "tests/jobs/midepoch_job.py",
+                             ("--resume", "position")),
+    "preload_job": Job("tests/jobs/preload_job.py", "tests/jobs/preload_job.py", ()),
 }
 
 SWEEP_JOBS = {
@@ -93,6 +100,14 @@ FRAMEWORK_JOBS = {
 SINGLE = "rank-epoch-skew needs a job of 2 or more ranks: a one-rank job is refused at once, nothing run"
 LIGHTNING_FILE_OBJECT = ("Lightning never fsyncs: the checkpoint it saves into memory and moves in from a temporary "
                          "file comes back empty, and fit(ckpt_path='last') crashes loading it")
+
+MIDEPOCH_SKIP = ("a mid-epoch checkpoint (atomic) records only the epoch; the resume starts the next epoch, skipping the "
+                 "rest of the saved one (midepoch_job.truth.md)")
+MIDEPOCH_REPLAY = ("a mid-epoch checkpoint (atomic) records only the epoch; the resume starts that epoch again, training "
+                   "once more on the batches the checkpoint holds (midepoch_job.truth.md)")
+MIDEPOCH_POSITION = "atomic save of the epoch and the position in it; the resume skips the batches already trained"
+PRELOAD = ("a zero-gradient Adam step before the load, then the newest (atomic) checkpoint: every later loss matches "
+           "(preload_job.truth.md)")
 
 ROWS: List[Tuple[str, str, str, str, str]] = [
     # job, scenario, expected verdict, expected cause, why
@@ -180,6 +195,29 @@ ROWS: List[Tuple[str, str, str, str, str]] = [
     ("ema_job_model", "power-loss", "PASSED", "last-good", "data and name fsynced before the save returns"),
     ("ema_job_model", "eval-left-on", "PASSED", "last-good", "no dropout or batch norm: eval mode computes the same"),
     ("ema_job_model", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
+    ("midepoch_job", "kill9-mid-save", "FAILED", "last-good, steps-skipped", MIDEPOCH_SKIP),
+    ("midepoch_job", "enospc", "FAILED", "last-good, steps-skipped", MIDEPOCH_SKIP),
+    ("midepoch_job", "power-loss", "FAILED", "last-good, steps-skipped",
+     "fsynced, so the checkpoint survives; resumed, it skips the rest of its epoch (midepoch_job.truth.md)"),
+    ("midepoch_job", "eval-left-on", "FAILED", "last-good, steps-skipped",
+     "no dropout or batch norm, so eval mode computes the same: the divergence is the skipped steps"),
+    ("midepoch_job", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
+    ("midepoch_replay", "kill9-mid-save", "FAILED", "last-good, steps-replayed", MIDEPOCH_REPLAY),
+    ("midepoch_replay", "enospc", "FAILED", "last-good, steps-replayed", MIDEPOCH_REPLAY),
+    ("midepoch_replay", "power-loss", "FAILED", "last-good, steps-replayed", MIDEPOCH_REPLAY),
+    ("midepoch_replay", "eval-left-on", "FAILED", "last-good, steps-replayed",
+     "no dropout or batch norm, so eval mode computes the same: the divergence is the replayed steps"),
+    ("midepoch_replay", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
+    ("midepoch_position", "kill9-mid-save", "PASSED", "last-good", MIDEPOCH_POSITION),
+    ("midepoch_position", "enospc", "PASSED", "last-good", MIDEPOCH_POSITION),
+    ("midepoch_position", "power-loss", "PASSED", "last-good", MIDEPOCH_POSITION),
+    ("midepoch_position", "eval-left-on", "PASSED", "last-good", "no dropout or batch norm: eval mode computes the same"),
+    ("midepoch_position", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
+    ("preload_job", "kill9-mid-save", "PASSED", "last-good", PRELOAD),
+    ("preload_job", "enospc", "PASSED", "last-good", PRELOAD),
+    ("preload_job", "power-loss", "PASSED", "last-good", PRELOAD),
+    ("preload_job", "eval-left-on", "PASSED", "last-good", "no dropout or batch norm: eval mode computes the same"),
+    ("preload_job", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
 ]
 
 SWEEP_ROWS: List[Tuple[str, str, str, str, str]] = [

@@ -23,7 +23,9 @@ and ``pid``. The event types and their own fields:
                 they are held), ``eval`` (modules of the optimized model trees
                 in eval mode, when any are), ``rng_fetch`` (torch and CUDA stream
                 fingerprints when the step's first DataLoader batch was fetched, before
-                its forward; after a save, the first batch after it), ``aliases`` (first step: private stream name -> the other
+                its forward; after a save, the first batch after it), ``batch`` (CRC-32 of the dataset indices
+                of the latest batch a map-style DataLoader drew before the step, when one did: the batch
+                it trains on, or with loader workers one fetched ahead), ``aliases`` (first step: private stream name -> the other
                 places the same generator is held), and, on the first step of
                 the process and the first step after a load, ``digest`` (exact,
                 order-sensitive digest of all parameters); on the first step after a load whose
@@ -309,6 +311,9 @@ FindingKind = Literal[
     "sampler-missing",
     "sampler-overlap",
     "step-count-differs",
+    "steps-before-load",
+    "steps-replayed",
+    "steps-skipped",
     "sweep",
     "sweep-untried",
     "torn-checkpoint",
@@ -320,7 +325,8 @@ FINDING_KINDS = get_args(FindingKind)
 
 _ERRORS: tuple[FindingKind, ...] = ("acknowledged-checkpoint-lost", "no-loadable-checkpoint", "ranks-disagree", "resume-exited",
            "resume-hung", "resumed-other-weights")
-_NOTES: tuple[FindingKind, ...] = ("crash-at-exit", "not-interposed", "resumed-weights-unmatched", "sweep")
+_NOTES: tuple[FindingKind, ...] = ("crash-at-exit", "not-interposed", "resumed-weights-unmatched", "steps-before-load",
+                                   "sweep")
 # ``sweep-untried`` (classes of crash state a sweep never resumed) is a warning: no defect of the job, but what was
 # not tried could still fail it, so the verdict leaves a trial that would pass inconclusive (``verdict.UNSETTLING``).
 SEVERITY: Dict[str, Severity] = {

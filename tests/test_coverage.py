@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import json
+import zlib
 from array import array
 
 import pytest
@@ -25,9 +26,13 @@ class FakeRecorder:
         self.enabled = True
         self.events = []
         self.batches = 0
+        self.drawn = []
 
     def on_batch(self):
         self.batches += 1
+
+    def on_indices(self, crc):
+        self.drawn.append(crc)
 
     def emit(self, kind, **fields):
         self.events.append({"t": kind, **json.loads(json.dumps(fields))})
@@ -55,6 +60,8 @@ def test_each_pass_records_epoch_and_indices_in_order(rec):
     orders = [(e["epoch"], e["step"], e["indices"]) for e in rec.events]
     assert orders == [(0, 0, [4, 7, 2, 1]), (0, 0, [4, 7, 2, 1]), (1, 8, [5, 2, 7, 1])]
     assert rec.batches == 3 * (2 + 1)  # the recorder hears of every batch (and each pass's end)
+    batch_crcs = [f"{zlib.crc32(array('q', rows)):08x}" for rows in ([4, 7], [2, 1], [4, 7], [2, 1], [5, 2], [7, 1])]
+    assert rec.drawn == batch_crcs  # and of each batch's indices
     first = rec.events[0]
     assert (first["sampler"], first["size"], first["replicas"], first["srank"], first["shuffle"]) == (
         "DistributedSampler", 8, 2, 0, True)

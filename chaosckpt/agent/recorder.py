@@ -47,6 +47,7 @@ class Recorder:
         self._pending_losses: List[torch.Tensor] = []
         self._step_fields: Optional[Dict[str, object]] = None  # measured before the step, sent when it returns
         self._fetch_rng: Optional[Dict[str, str]] = None
+        self._batch: Optional[str] = None  # the indices of the latest batch a DataLoader drew, as a CRC
         self._scaled: Dict[int, torch.Tensor] = {}
         self._need_digest = True
         self._sample_next = False  # a checkpoint's tensor sets were loaded: the next step samples each parameter
@@ -186,6 +187,12 @@ class Recorder:
         if self.enabled and self._fetch_rng is None:
             self.guarded(self._note_fetch_rng)
 
+    def on_indices(self, crc: Optional[str]) -> None:
+        """A DataLoader drew a batch (``crc``: of its dataset indices): the latest batch drawn before a step names
+        the batch it trains on, which lines a resumed run's steps up with the uninterrupted run's."""
+        if self.enabled:
+            self._batch = crc
+
     def _note_fetch_rng(self) -> None:
         self._fetch_rng = fingerprint.torch_rng_fingerprints()
 
@@ -207,6 +214,8 @@ class Recorder:
         }
         if self._fetch_rng is not None:
             fields["rng_fetch"], self._fetch_rng = self._fetch_rng, None
+        if self._batch is not None:
+            fields["batch"], self._batch = self._batch, None
         in_eval = self.modes.in_eval()
         if in_eval:
             fields["eval"] = in_eval

@@ -87,6 +87,12 @@ def _flatten(items: List[Any]) -> Optional[array]:
         return None
 
 
+def batch_crc(index: Any) -> Optional[str]:
+    """CRC-32 of a batch's dataset indices as int64s (one index or a list of them); None when they are not integers."""
+    flat = _flatten([index] if isinstance(index, (list, tuple)) else [[index]])
+    return None if flat is None else f"{zlib.crc32(flat):08x}"
+
+
 def _plain(value: Any, kind: type) -> Any:
     """``value`` as a JSON-ready int or bool (samplers may hold numpy scalars), or None."""
     try:
@@ -190,6 +196,7 @@ def next_index(rec: Any, original: Callable) -> Callable:
             raise
         if tape.epoch is _UNREAD:
             tape.epoch = getattr(tape.sampler, "epoch", None)
+        rec.on_indices(batch_crc(index))
         tape.items.append(index)
         if len(tape.items) >= FLUSH:
             tape.pack()

@@ -10,7 +10,7 @@ from typing import Dict, List, Optional, Tuple
 from chaosckpt.conductor.results.result import Finding, Outcome
 from chaosckpt.conductor.runs import logcap
 from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog
-from chaosckpt.conductor.trial import rng_capture
+from chaosckpt.conductor.trial import alignment, rng_capture
 
 
 @dataclass
@@ -174,9 +174,13 @@ def trajectory(reference: ProcessLog, resume: ProcessLog, start: int, tolerance:
             )
         )
     modes = eval_findings(reference, resume, start)
-    findings.extend(modes)
+    # steps skipped or replayed lead: the resume then trained on other batches, whatever mode its modules were in
+    shifted = alignment.finding(reference, resume, start) if divergent is not None else None
+    findings.extend(modes if shifted is None else [shifted, *modes])
     if divergent is not None:
-        findings.extend(rng_findings(reference, resume, start, modes_differ=bool(modes)))
+        # random streams compared where the uninterrupted run trained the batch the resume's first step trained on
+        at = start if shifted is None else shifted.details["batch_of_step"] - 1
+        findings.extend(rng_findings(reference, resume, at, modes_differ=bool(modes)))
     return Trajectory(
         reproduced=divergent is None,
         compared=compared,

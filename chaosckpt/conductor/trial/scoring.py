@@ -4,13 +4,13 @@ multi-rank job, whether every rank did."""
 from __future__ import annotations
 
 import dataclasses
-from typing import List, NamedTuple, Optional
+from typing import List, NamedTuple, Optional, Tuple
 
 from chaosckpt.conductor.disk import copies
 from chaosckpt.conductor.results.result import Finding
 from chaosckpt.conductor.runs import exits
 from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog
-from chaosckpt.conductor.trial import provenance, ranks, score
+from chaosckpt.conductor.trial import provenance, ranks, restore_point, score
 from chaosckpt.conductor.trial.aftermath import lost_checkpoint
 from chaosckpt.conductor.trial.arm import Armed
 from chaosckpt.conductor.trial.context import Context, rel
@@ -38,7 +38,10 @@ def score_trial(ctx: Context, reference: RunLog, armed: Armed, run: Faulted, res
     """The verdict's fields from the three runs (a resume that exited non-zero is an error finding, which fails
     the trial by itself)."""
     ref = reference.trainer()
+    resumed, before_load = _from_restore(reference, run, resumed)
     measured = recovered(ctx, ref, armed, run, resumed)
+    if before_load:
+        measured = measured.found(restore_point.before_load(before_load))
     baseline = score.baseline_divergence(run.log.trainer() or run.proc, ref, ctx.opts.tolerance)
     if baseline is not None:
         measured = measured.found(_nondeterministic(baseline))
@@ -56,6 +59,13 @@ def score_trial(ctx: Context, reference: RunLog, armed: Armed, run: Faulted, res
         else:
             measured = measured.found(ranks.hung(list(measured.ranks), ctx.opts.timeout_s))
     return Scored(_exited(measured, resumed), baseline, ok, resumed, stop)
+
+
+def _from_restore(reference: RunLog, run: Faulted, resumed: Resumed) -> Tuple[Resumed, int]:
+    """The resume as from its restore point (``restore_point``), and the steps its trainer took before it."""
+    table = score.digest_table(run.proc, *run.log.processes, *reference.processes)
+    log, before = restore_point.after_restore(resumed.log, table)
+    return (dataclasses.replace(resumed, log=log), before) if before else (resumed, 0)
 
 
 def recovered(ctx: Context, ref: ProcessLog, armed: Armed, run: Faulted, resumed: Resumed) -> Measured:

@@ -10,8 +10,9 @@ from chaosckpt.conductor.results.result import Finding, Reason, Status, Trial
 from chaosckpt.protocol import FindingKind
 
 DIVERGENCE_CAUSES: Tuple[FindingKind, ...] = (
-    "eval-mode-in-training", "rng-not-restored", "rng-captured-early", "rng-drawn-after-restore", "step-count-differs",
-    "epoch-order-replayed", "epoch-order-differs", "sampler-overlap", "sampler-missing")
+    "steps-skipped", "steps-replayed", "eval-mode-in-training", "rng-not-restored", "rng-captured-early",
+    "rng-drawn-after-restore", "step-count-differs", "epoch-order-replayed", "epoch-order-differs", "sampler-overlap",
+    "sampler-missing")
 """Finding kinds that explain a divergence, in the order the headline prefers them."""
 
 UNSETTLING: Dict[FindingKind, Reason] = {"sweep-untried": "sweep-untried"}
