@@ -37,11 +37,14 @@ def aftermath(ctx: Context, armed: Armed, run: Faulted) -> Optional[Aftermath]:
 
 
 def power_loss(ctx: Context, armed: Armed, faulted: RunLog) -> Aftermath:
-    """Rewrite the checkpoint directories into what the disk holds when the power comes back."""
+    """Rewrite the checkpoint directories into what the disk holds when the power comes back: the saving
+    processes' writes as the durability model keeps them, other processes' (a data-preparation step) as they
+    left them. The fault record lists the checkpoint's files alone."""
     disk, work = armed.disk, armed.work
     model = ctx.scenario.trigger.model
-    entries, native = crash.power_cut(disk, faulted.ops(), model, armed.roots, armed.end, armed.native)
-    return _left(work, model, {e.path: e.length for e in entries}, native)
+    entries, native = crash.power_cut(disk, faulted.save_ops(), model, armed.roots, armed.end, armed.native)
+    mine = faulted.checkpoint_files()
+    return _left(work, model, {e.path: e.length for e in entries if mine(e.path)}, [p for p in native if mine(p)])
 
 
 def node_power_loss(ctx: Context, armed: Armed, run: Faulted) -> Aftermath:
