@@ -77,7 +77,8 @@ def test_the_checkpoint_s_files_are_those_the_saving_process_wrote_or_named():
                "digest": "d", "via": "fileobj"},
               {"t": "op", "pid": 10, "ts": 2.1, "n": 1, "op": "link", "src": "/w/last.pt", "path": "/w/best.pt",
                "ino": NEW, "save": 1},
-              {"t": "op", "pid": 10, "ts": 3.0, "n": 2, "op": "open", "path": "/w/train.log", "ino": [1, 7],
+              {"t": "op", "pid": 10, "ts": 2.2, "n": 2, "op": "dirsync", "path": "/w", "save": 1},
+              {"t": "op", "pid": 10, "ts": 3.0, "n": 3, "op": "open", "path": "/w/train.log", "ino": [1, 7],
                "created": True, "trunc": True, "size": 0}]
     prep = [{"t": "hello", "pid": 20, "ts": 0.0, "rank": None},
             {"t": "op", "pid": 20, "ts": 0.5, "n": 1, "op": "open", "path": "/w/data.bin", "ino": [1, 50],
@@ -86,7 +87,7 @@ def test_the_checkpoint_s_files_are_those_the_saving_process_wrote_or_named():
     mine = log.checkpoint_files()
     assert mine("/w/last.pt.tmp") and mine("/w/best.pt")
     assert not mine("/w/train.py") and not mine("/w/data.bin") and not mine("/w/train.log")
-    assert [op["pid"] for op in log.save_ops()] == [10, 10]
+    assert [op["pid"] for op in log.save_ops()] == [10, 10, 10]
 
 
 def test_pwrite_writev_dir_fd_and_link_are_journaled_where_they_land(tmp_path):

@@ -151,6 +151,11 @@ def _process(events: List[Event]) -> ProcessLog:
     return log
 
 
+_FILE_OPS = ("open", "write", "rename", "link", "unlink", "symlink")
+"""Journal operations that name a file (a folder's fsync, mkdir and rmdir name its folder, which may hold the job's
+other files)."""
+
+
 @dataclass
 class RunLog:
     """All processes of one run that had the agent live in them."""
@@ -203,15 +208,16 @@ class RunLog:
 
     def checkpoint_files(self) -> Callable[[str], bool]:
         """Whether a path is one of the checkpoint's files: one its saves wrote, moved or linked, one the saving
-        processes changed while a checkpoint was open, or a file inside such a folder (DCP's). The job's scripts
-        and input data beside them, in a checkpoint folder that is the working directory, are not."""
+        processes changed while a checkpoint was open, or a file inside a folder a save wrote or moved (DCP's).
+        The job's scripts and input data beside them, in a checkpoint folder that is the working directory, are
+        not."""
         names = set()
         for proc in self.ranks().values():
             for save in proc.saves:
                 names.update(save.paths())
                 names.update(path for move in save.moves for path in (move["src"], move["dst"]))
             for op in proc.ops:
-                if op.get("save") is not None:
+                if op.get("save") is not None and op["op"] in _FILE_OPS:
                     names.update(op[k] for k in ("path", "src", "dst") if op.get(k))
         folders = tuple(name + os.sep for name in names)
         return lambda path: path in names or path.startswith(folders)
