@@ -63,8 +63,11 @@ def test_a_kill_lands_inside_the_pwrites_of_a_file_opened_by_dir_fd(tmp_path):
     rc, t = judged(tmp_path, JOBS / "link_job.py", "-s", "kill9-mid-save")
     assert rc == 0 and t["status"] == "passed" and t["outcome"] == "last-good", t["headline"]
     assert t["fault"]["path"] == "ckpt/last.pt.tmp"
-    state = t["fault"]["file_states"]["ckpt/last.pt.tmp"]
+    states = t["fault"]["file_states"]
+    state = states["ckpt/last.pt.tmp"]
     assert 0 < state["bytes"] < state["full_bytes"] and state["loads"] is False
+    for name in ("ckpt/last.pt", "ckpt/epoch-0.pt", "ckpt/best.pt"):  # the links, named with their source's bytes
+        assert states[name] == {"bytes": state["full_bytes"], "full_bytes": state["full_bytes"], "loads": True}
 
 
 def test_a_kill_in_a_safetensors_save_leaves_the_old_file_whole(tmp_path):
