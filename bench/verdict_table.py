@@ -178,7 +178,8 @@ ROWS: List[Tuple[str, str, str, str, str]] = [
     ("link_job", "kill9-mid-save", "PASSED", "last-good",
      "the kill lands in the os.pwrite of last.pt.tmp (opened by dir_fd); epoch-0.pt, a hard link, is whole "
      "(link_job.truth.md)"),
-    ("link_job", "enospc", "PASSED", "last-good", "the full disk fails an os.pwrite of last.pt.tmp; the links are intact"),
+    ("link_job", "enospc", "PASSED", "last-good",
+     "the full disk fails an os.pwrite of last.pt.tmp; the links are intact"),
     ("link_job", "power-loss", "PASSED", "last-good",
      "the data is fsynced, the folder fsynced after the links: epoch-1.pt, the name the resume reads, survives"),
     ("link_job", "eval-left-on", "PASSED", "last-good", "no dropout or batch norm: eval mode computes the same"),

@@ -4,10 +4,10 @@ Active only when the conductor asks for it (power loss, a full disk, a crash-poi
 sweep). Each ``open`` for writing (through a folder's descriptor too: ``dir_fd``), ``write``, ``pwrite``,
 ``writev``, ``pwritev``, ``fsync``, directory ``fsync``, ``rename``, ``link``, ``unlink``, ``mkdir``, ``rmdir``
 and ``symlink`` under a tracked directory becomes an ``op`` event, so the conductor can rebuild what a disk would
-hold after a power loss at any point; one made while a checkpoint is open names it (``save``). Data that an operation is about to destroy and that may
-still be durable (an inode replaced by a rename or unlinked, a file truncated
-after an fsync) is preserved first under the run directory's ``keep/``, by
-hard link where it can: the sandbox is ours, never the user's.
+hold after a power loss at any point; one made while a checkpoint is open names it (``save``). Data that an
+operation is about to destroy and that may still be durable (an inode replaced by a rename or unlinked, a file
+truncated after an fsync) is preserved first under the run directory's ``keep/``, by hard link where it can: the
+sandbox is ours, never the user's.
 """
 
 from __future__ import annotations
@@ -357,7 +357,8 @@ def tracked_pwritev(journal: Journal, original: Callable) -> Callable:
         if journal.fd_path(fd) is None:
             return original(fd, buffers, offset, *flags)
         buffers = list(buffers)
-        return _journaled(journal, fd, _nbytes(buffers), offset, lambda n: original(fd, cut(buffers, n), offset, *flags))
+        return _journaled(journal, fd, _nbytes(buffers), offset,
+                          lambda n: original(fd, cut(buffers, n), offset, *flags))
 
     return pwritev
 

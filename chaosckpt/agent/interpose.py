@@ -23,9 +23,10 @@ class CountingWriter:
     """A file object for ``torch.save`` that counts writes and bytes, for the call and across its checkpoint,
     and fires an armed fault at its place in the checkpoint."""
 
-    def __init__(self, raw: Any, recorder: Recorder, checkpoint: Checkpoint, path: Optional[str]) -> None:
+    def __init__(self, raw: Any, recorder: Recorder, checkpoint: Checkpoint, path: Optional[str],
+                 named: Optional[str] = None) -> None:
         self._raw = raw
-        self.tally = writers.FileTally(recorder, checkpoint, path, reported=True)  # its save call reports it
+        self.tally = writers.FileTally(recorder, checkpoint, path, reported=True, named=named)  # its save reports it
 
     @property
     def writes(self) -> int:
@@ -284,7 +285,7 @@ def safetensors_save_file(rec: Recorder, original: Callable) -> Callable:
             fd, tmp = tempfile.mkstemp(prefix=".tmp", dir=os.path.dirname(os.path.abspath(path)))
             try:
                 with open(fd, "wb") as raw:
-                    save.writer = CountingWriter(raw, rec, save.checkpoint, path)
+                    save.writer = CountingWriter(raw, rec, save.checkpoint, tmp, named=path)
                     save.writer.write(data)
             except OSError as exc:  # safetensors removes its temporary file and raises its own error
                 os.unlink(tmp)

@@ -36,7 +36,7 @@ class FileTally:
     """Writes and bytes into one file of the open checkpoint, and the armed fault if it can land in them."""
 
     def __init__(self, rec: Recorder, checkpoint: Checkpoint, path: Optional[str], reported: bool = False,
-                 carrier: bool = False) -> None:
+                 carrier: bool = False, named: Optional[str] = None) -> None:
         self.rec = rec
         self.checkpoint = checkpoint
         self.path = None if path is None else os.path.abspath(path)
@@ -50,8 +50,9 @@ class FileTally:
         self.undecided = bool(checkpoint.payloads) or carrier  # its first write tells whether it carries them
         self.foreign = False  # a carrier whose first write was not the checkpoint's bytes
         fault = rec.fault if rec.fault is not None and rec.fault.save == checkpoint.index else None
-        named = fault is None or fault.file is None or path is not None and os.path.basename(path) == fault.file
-        self.fault = fault if fault is not None and fault.kind in ("halt", "enospc") and named else None
+        name = named or path  # what ``file=`` matches: the file the job names (safetensors' bytes land beside it)
+        matches = fault is None or fault.file is None or name is not None and os.path.basename(name) == fault.file
+        self.fault = fault if fault is not None and fault.kind in ("halt", "enospc") and matches else None
         self.ends: Optional[list] = [] if fault is not None and fault.write_ends else None
 
     def live(self) -> bool:

@@ -38,8 +38,8 @@ class Save:
     def moved_away(self, path: str) -> bool:
         """Whether the save renamed ``path`` to another name (a temporary file put in place), so that ``path``
         no longer held its checkpoint once it ended."""
-        return any(m["src"] == path and m.get("ok") and not m.get("copied") and m["dst"] != path and m.get("how") != "link"
-                   for m in self.moves)
+        return any(m["src"] == path and m.get("ok") and not m.get("copied") and m["dst"] != path
+                   and m.get("how") != "link" for m in self.moves)
 
     def paths(self) -> List[str]:
         """Its files: those its save calls wrote, then those moved or copied in from a file that is none of
