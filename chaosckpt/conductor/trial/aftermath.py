@@ -39,12 +39,24 @@ def aftermath(ctx: Context, armed: Armed, run: Faulted) -> Optional[Aftermath]:
 def power_loss(ctx: Context, armed: Armed, faulted: RunLog) -> Aftermath:
     """Rewrite the checkpoint directories into what the disk holds when the power comes back: the saving
     processes' writes as the durability model keeps them, other processes' (a data-preparation step) as they
-    left them. The fault record lists the checkpoint's files alone."""
+    left them. The fault record lists the checkpoint's files alone, those a native writer made included."""
     disk, work = armed.disk, armed.work
     model = ctx.scenario.trigger.model
     entries, native = crash.power_cut(disk, faulted.save_ops(), model, armed.roots, armed.end, armed.native)
     mine = faulted.checkpoint_files()
-    return _left(work, model, {e.path: e.length for e in entries if mine(e.path)}, [p for p in native if mine(p)])
+    native = [path for path in native if mine(path) or _written_since(path, faulted)]
+    shown = set(native)
+    return _left(work, model, {e.path: e.length for e in entries if mine(e.path) or e.path in shown}, native)
+
+
+def _written_since(path: str, log: RunLog) -> bool:
+    """Whether a file the journal never saw written was written once the job's first checkpoint had begun: a native
+    writer's file of the checkpoint, not the job's script or input data (there before any save)."""
+    began = [s.ts for p in log.ranks().values() for s in p.saves]
+    try:
+        return bool(began) and os.path.getmtime(path) >= min(began)
+    except OSError:
+        return False
 
 
 def node_power_loss(ctx: Context, armed: Armed, run: Faulted) -> Aftermath:
