@@ -53,7 +53,7 @@ def main() -> None:
         ops = log.ops()
         checker = LoadChecker()
         start = time.perf_counter()
-        sw = sweep.explore(initial, ops, (save.op or 0) + 1, "none", lambda p: p)
+        sw = sweep.explore(initial, ops, lambda op: op["n"] > (save.op or 0), "none", lambda p: p)
         explored = time.perf_counter()
         checker.check([str(work / "job.py")])  # start the worker outside the timing: one torch import per sweep
         checked_from = time.perf_counter()

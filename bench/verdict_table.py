@@ -70,6 +70,9 @@ JOBS = {
     "midepoch_position": Job("tests/jobs/midepoch_job.py --resume position", "tests/jobs/midepoch_job.py",
                              ("--resume", "position")),
     "preload_job": Job("tests/jobs/preload_job.py", "tests/jobs/preload_job.py", ()),
+    "cwd_ckpt_job": Job("tests/jobs/cwd_ckpt_job.py", "tests/jobs/cwd_ckpt_job.py", ()),
+    "link_job": Job("tests/jobs/link_job.py", "tests/jobs/link_job.py", ()),
+    "safetensors_job": Job("tests/jobs/safetensors_job.py", "tests/jobs/safetensors_job.py", ()),
 }
 
 SWEEP_JOBS = {
@@ -218,6 +221,32 @@ ROWS: List[Tuple[str, str, str, str, str]] = [
     ("preload_job", "power-loss", "PASSED", "last-good", PRELOAD),
     ("preload_job", "eval-left-on", "PASSED", "last-good", "no dropout or batch norm: eval mode computes the same"),
     ("preload_job", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
+    ("cwd_ckpt_job", "kill9-mid-save", "PASSED", "last-good",
+     "last.pt beside the script and its data, saved atomically: the kill tears last.pt.tmp (cwd_ckpt_job.truth.md)"),
+    ("cwd_ckpt_job", "enospc", "PASSED", "last-good", "the full disk fails last.pt.tmp; last.pt is intact"),
+    ("cwd_ckpt_job", "power-loss", "PASSED", "last-good",
+     "last.pt is fsynced and its folder too; the data-preparation step's files are not the checkpoint's, and are "
+     "left as it wrote them"),
+    ("cwd_ckpt_job", "eval-left-on", "PASSED", "last-good", "no dropout or batch norm: eval mode computes the same"),
+    ("cwd_ckpt_job", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
+    ("link_job", "kill9-mid-save", "PASSED", "last-good",
+     "the kill lands in the os.pwrite of last.pt.tmp (opened by dir_fd); epoch-0.pt, a hard link, is whole "
+     "(link_job.truth.md)"),
+    ("link_job", "enospc", "PASSED", "last-good",
+     "the full disk fails an os.pwrite of last.pt.tmp; the links are intact"),
+    ("link_job", "power-loss", "PASSED", "last-good",
+     "the data is fsynced, the folder fsynced after the links: epoch-1.pt, the name the resume reads, survives"),
+    ("link_job", "eval-left-on", "PASSED", "last-good", "no dropout or batch norm: eval mode computes the same"),
+    ("link_job", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
+    ("safetensors_job", "kill9-mid-save", "PASSED", "last-good",
+     "safetensors writes a temporary file and renames it: the kill leaves the old model.safetensors whole "
+     "(safetensors_job.truth.md)"),
+    ("safetensors_job", "enospc", "PASSED", "last-good",
+     "safetensors removes its temporary file on the error; the old model.safetensors is whole"),
+    ("safetensors_job", "power-loss", "FAILED", "crashed, acknowledged-checkpoint-lost",
+     "safetensors never fsyncs: the renamed model.safetensors comes back empty under the ordered model"),
+    ("safetensors_job", "eval-left-on", "PASSED", "last-good", "no dropout or batch norm: eval mode computes the same"),
+    ("safetensors_job", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
 ]
 
 SWEEP_ROWS: List[Tuple[str, str, str, str, str]] = [
@@ -226,6 +255,9 @@ SWEEP_ROWS: List[Tuple[str, str, str, str, str]] = [
      "looks for last.pt alone, trains from scratch (sweep_unlink_job.truth.md)"),
     ("train_job", "power-loss", "PASSED", "last-good in every class",
      "temporary file, fsync, rename, directory fsync: every crash point leaves a last.pt that loads"),
+    ("cwd_ckpt_job", "power-loss", "PASSED", "last-good in every class",
+     "its folder is the working directory: the crash points are the save's alone (not the data-preparation "
+     "process's writes) and the rows list last.pt and last.pt.tmp, not the script or the data"),
 ]
 """Rows run with ``--sweep``: every crash point of the save, one resume per class of crash state."""
 

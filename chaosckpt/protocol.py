@@ -47,9 +47,10 @@ and ``pid``. The event types and their own fields:
                 ``ends`` (where each write ended, in bytes) when the fault spec asks;
                 ``whole`` (it holds a whole training state); ``memory`` (the file carries
                 bytes a save call serialized into memory; that call sends no event).
-``save-move``   a file was moved or copied while the checkpoint was open (``os.rename``/``replace``,
-                ``shutil.move``, ``shutil.copyfile``): where a file-object or temporary-file save
-                lands. ``save``, ``how`` ("rename", "move" or "copy"), ``src``, ``dst`` (absolute),
+``save-move``   a file was moved, copied or hard-linked while the checkpoint was open (``os.rename``/
+                ``replace``, ``shutil.move``, ``shutil.copyfile``, ``os.link``): where a file-object or
+                temporary-file save lands, and the other names it gets. ``save``, ``how`` ("rename",
+                "move", "copy" or "link"), ``src``, ``dst`` (absolute),
                 ``ok`` (returned), ``copied`` (the destination is a new copy, not the source's
                 inode: a move whose rename failed across file systems), ``over`` (the
                 destination file existed and was rewritten in place).
@@ -84,11 +85,14 @@ and ``pid``. The event types and their own fields:
 ``op``          a file operation in a tracked directory (durability journal, on
                 only when the fault asks for it). ``op``: ``open`` (``path``,
                 ``ino`` [dev, inode], ``created``, ``trunc``, ``size``, ``keep``),
-                ``write`` (``ino``, ``off``, ``len``), ``fsync`` (``ino``,
+                ``write`` (``path``, ``ino``, ``off``, ``len``: a ``write``, ``pwrite``,
+                ``writev``, ``pwritev`` or ``sendfile``), ``fsync`` (``ino``,
                 ``size``), ``dirsync`` (``path``), ``rename`` (``src``, ``dst``,
-                ``ino``, ``replaced``, ``keep``), ``unlink`` (``path``, ``ino``,
+                ``ino``, ``replaced``, ``keep``), ``link`` (``src``, ``path``, ``ino``:
+                a hard link, a second name for the inode), ``unlink`` (``path``, ``ino``,
                 ``keep``), ``mkdir`` / ``rmdir`` (``path``), ``symlink`` (``path``, ``target``,
-                ``ino``); ``n`` numbers them.
+                ``ino``); ``n`` numbers them; ``save``, the checkpoint open when it was made.
+                Paths relative to a folder's descriptor (``dir_fd``) are made whole.
                 ``keep`` is a copy the agent made of data the operation destroyed.
 ``stop``        the run reached its horizon (``CHAOSCKPT_STOP``) and holds still for the
                 conductor's SIGKILL. ``step`` (steps recorded in this process).

@@ -51,7 +51,7 @@ def load_checks(sw):
 
 def test_states_a_restarted_job_cannot_tell_apart_form_one_class(fs):
     disk, ops = unlink_then_rename(fs)
-    sw = sweep.explore(disk, ops, 1, "ordered", lambda p: os.path.relpath(p, "/w"))
+    sw = sweep.explore(disk, ops, lambda op: op["n"] >= 1, "ordered", lambda p: os.path.relpath(p, "/w"))
     sweep.classify(sw, load_checks(sw))
     seen = [(p.operation, p.state, p.state_class) for p in sw.points]
     # two partial tmp.pt files (10 and 15 bytes durable) are different states but one class: neither loads
@@ -71,7 +71,7 @@ def test_a_file_no_load_check_judges_is_told_apart_by_whether_it_is_whole(fs):
 
 def test_a_class_no_resume_tried_is_named_in_the_table_and_never_passes(fs):
     disk, ops = unlink_then_rename(fs)
-    sw = sweep.explore(disk, ops, 1, "ordered", lambda p: os.path.relpath(p, "/w"))
+    sw = sweep.explore(disk, ops, lambda op: op["n"] >= 1, "ordered", lambda p: os.path.relpath(p, "/w"))
     sweep.classify(sw, load_checks(sw))
     for point in sw.points:  # a cap of 1: only the first class resumed
         if point.state == sw.representatives[0]:

@@ -1,13 +1,13 @@
 """The durability journal: every file operation the job makes in its checkpoint directories.
 
 Active only when the conductor asks for it (power loss, a full disk, a crash-point
-sweep). Each ``open`` for writing, ``write``, ``fsync``, directory ``fsync``,
-``rename``, ``unlink``, ``mkdir``, ``rmdir`` and ``symlink`` under a tracked directory becomes an
-``op`` event, so the conductor can rebuild what a disk would hold after a power
-loss at any point. Data that an operation is about to destroy and that may
-still be durable (an inode replaced by a rename or unlinked, a file truncated
-after an fsync) is preserved first under the run directory's ``keep/``, by
-hard link where it can: the sandbox is ours, never the user's.
+sweep). Each ``open`` for writing (through a folder's descriptor too: ``dir_fd``), ``write``, ``pwrite``,
+``writev``, ``pwritev``, ``fsync``, directory ``fsync``, ``rename``, ``link``, ``unlink``, ``mkdir``, ``rmdir``
+and ``symlink`` under a tracked directory becomes an ``op`` event, so the conductor can rebuild what a disk would
+hold after a power loss at any point; one made while a checkpoint is open names it (``save``). Data that an
+operation is about to destroy and that may still be durable (an inode replaced by a rename or unlinked, a file
+truncated after an fsync) is preserved first under the run directory's ``keep/``, by hard link where it can: the
+sandbox is ours, never the user's.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ class Journal:
         self.ops = 0
         self.on_op: Optional[Callable[[int, str], None]] = None
         self.quota: Optional[int] = None  # bytes that may still be written before the disk is full
+        self.open_save: Callable[[], Optional[int]] = lambda: None  # the checkpoint open now, if any
 
     def track(self, directory: str) -> None:
         directory = os.path.abspath(directory)
@@ -62,7 +63,8 @@ class Journal:
         with self._lock:
             self.ops += 1
             index = self.ops
-        self._emit("op", op=kind, n=index, **fields)
+        save = self.open_save()
+        self._emit("op", op=kind, n=index, **fields, **({} if save is None else {"save": save}))
         if self.on_op is not None:
             self.on_op(index, kind)
 
@@ -196,7 +198,9 @@ class TrackedFileIO(io.FileIO):
         super().close()
 
 
-def _resolve(path: Any, dir_fd: Optional[int]) -> Optional[str]:
+def resolve(path: Any, dir_fd: Optional[int]) -> Optional[str]:
+    """The path a call names, a name relative to a folder's descriptor (``dir_fd``) made whole; None for a
+    descriptor."""
     if isinstance(path, int):
         return None
     path = os.fsdecode(path)
@@ -272,7 +276,7 @@ def tracked_open(journal: Journal, original: Callable) -> Callable:
 
 def tracked_os_open(journal: Journal, original: Callable) -> Callable:
     def open_(path, flags, mode=0o777, *, dir_fd=None):
-        full = _resolve(path, dir_fd)
+        full = resolve(path, dir_fd)
         if full is None or not journal.is_tracked(full):
             return original(path, flags, mode, dir_fd=dir_fd)
         if os.path.isdir(full):
@@ -294,16 +298,69 @@ def tracked_write(journal: Journal, original: Callable) -> Callable:
         if journal.fd_path(fd) is None:
             return original(fd, data)
         view = memoryview(data).cast("B")
-        fits = journal.charge(view.nbytes)
-        offset = os.lseek(fd, 0, os.SEEK_CUR)
-        written = original(fd, view[:fits])
-        if written:
-            journal.wrote(fd, offset, written)
-        if fits < view.nbytes:
-            raise disk_full_error()
-        return written
+        return _journaled(journal, fd, view.nbytes, None, lambda n: original(fd, view[:n]))
 
     return write
+
+
+def cut(buffers: Any, size: int) -> List[memoryview]:
+    """The first ``size`` bytes of ``buffers`` (a ``writev``'s), as views."""
+    out = []
+    for buffer in buffers:
+        view = memoryview(buffer).cast("B")
+        if size <= 0:
+            break
+        out.append(view[:size])
+        size -= view.nbytes
+    return out
+
+
+def _nbytes(buffers: Any) -> int:
+    return sum(memoryview(b).nbytes for b in buffers)
+
+
+def _journaled(journal: Journal, fd: int, size: int, offset: Optional[int], send: Callable[[int], int]) -> int:
+    """Write ``size`` bytes by ``send(n)`` (the first n of them) at ``offset`` (None: the file's position), charged
+    against the disk quota and journaled."""
+    fits = journal.charge(size)
+    at = os.lseek(fd, 0, os.SEEK_CUR) if offset is None else offset
+    written = send(fits)
+    if written:
+        journal.wrote(fd, at, written)
+    if fits < size:
+        raise disk_full_error()
+    return written
+
+
+def tracked_pwrite(journal: Journal, original: Callable) -> Callable:
+    def pwrite(fd, data, offset):
+        if journal.fd_path(fd) is None:
+            return original(fd, data, offset)
+        view = memoryview(data).cast("B")
+        return _journaled(journal, fd, view.nbytes, offset, lambda n: original(fd, view[:n], offset))
+
+    return pwrite
+
+
+def tracked_writev(journal: Journal, original: Callable) -> Callable:
+    def writev(fd, buffers):
+        if journal.fd_path(fd) is None:
+            return original(fd, buffers)
+        buffers = list(buffers)
+        return _journaled(journal, fd, _nbytes(buffers), None, lambda n: original(fd, cut(buffers, n)))
+
+    return writev
+
+
+def tracked_pwritev(journal: Journal, original: Callable) -> Callable:
+    def pwritev(fd, buffers, offset, *flags):
+        if journal.fd_path(fd) is None:
+            return original(fd, buffers, offset, *flags)
+        buffers = list(buffers)
+        return _journaled(journal, fd, _nbytes(buffers), offset,
+                          lambda n: original(fd, cut(buffers, n), offset, *flags))
+
+    return pwritev
 
 
 def tracked_sendfile(journal: Journal, original: Callable) -> Callable:
@@ -344,7 +401,7 @@ def tracked_close(journal: Journal, original: Callable) -> Callable:
 
 def tracked_rename(journal: Journal, original: Callable) -> Callable:
     def rename(src, dst, *, src_dir_fd=None, dst_dir_fd=None):
-        s, d = _resolve(src, src_dir_fd), _resolve(dst, dst_dir_fd)
+        s, d = resolve(src, src_dir_fd), resolve(dst, dst_dir_fd)
         if not (journal.is_tracked(s) or journal.is_tracked(d)):
             return original(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
         fields = journal.before_replace(s, d)
@@ -358,7 +415,7 @@ def tracked_rename(journal: Journal, original: Callable) -> Callable:
 def tracked_unlink(journal: Journal, original: Callable, kind: str) -> Callable:
     """``os.unlink`` and ``os.remove`` (``kind`` "unlink": the file's data is kept first), or ``os.rmdir``."""
     def unlink(path, *, dir_fd=None):
-        full = _resolve(path, dir_fd)
+        full = resolve(path, dir_fd)
         if full is None or not journal.is_tracked(full):
             return original(path, dir_fd=dir_fd)
         fields = journal.before_unlink(full) if kind == "unlink" else {"path": os.path.abspath(full)}
@@ -371,7 +428,7 @@ def tracked_unlink(journal: Journal, original: Callable, kind: str) -> Callable:
 
 def tracked_mkdir(journal: Journal, original: Callable) -> Callable:
     def mkdir(path, mode=0o777, *, dir_fd=None):
-        full = _resolve(path, dir_fd)
+        full = resolve(path, dir_fd)
         result = original(path, mode, dir_fd=dir_fd)
         if full is not None and journal.is_tracked(full):
             journal.op("mkdir", path=os.path.abspath(full))
@@ -380,9 +437,23 @@ def tracked_mkdir(journal: Journal, original: Callable) -> Callable:
     return mkdir
 
 
+def tracked_link(journal: Journal, original: Callable) -> Callable:
+    """``os.link``: a new name for the same inode (its data, torn or whole, is the original's)."""
+    def link(src, dst, *, src_dir_fd=None, dst_dir_fd=None, follow_symlinks=True):
+        s, d = resolve(src, src_dir_fd), resolve(dst, dst_dir_fd)
+        result = original(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd, follow_symlinks=follow_symlinks)
+        if d is not None and journal.is_tracked(d):
+            st = _os_lstat(d)
+            journal.op("link", src=None if s is None else os.path.abspath(s), path=os.path.abspath(d),
+                       ino=[st.st_dev, st.st_ino])
+        return result
+
+    return link
+
+
 def tracked_symlink(journal: Journal, original: Callable) -> Callable:
     def symlink(src, dst, target_is_directory=False, *, dir_fd=None):
-        full = _resolve(dst, dir_fd)
+        full = resolve(dst, dir_fd)
         result = original(src, dst, target_is_directory, dir_fd=dir_fd)
         if full is not None and journal.is_tracked(full):
             st = _os_lstat(full)

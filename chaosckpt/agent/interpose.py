@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import os
+import tempfile
 import threading
 from typing import Any, Callable, Optional
 
@@ -22,9 +23,10 @@ class CountingWriter:
     """A file object for ``torch.save`` that counts writes and bytes, for the call and across its checkpoint,
     and fires an armed fault at its place in the checkpoint."""
 
-    def __init__(self, raw: Any, recorder: Recorder, checkpoint: Checkpoint, path: Optional[str]) -> None:
+    def __init__(self, raw: Any, recorder: Recorder, checkpoint: Checkpoint, path: Optional[str],
+                 named: Optional[str] = None) -> None:
         self._raw = raw
-        self.tally = writers.FileTally(recorder, checkpoint, path, reported=True)  # its save call reports it
+        self.tally = writers.FileTally(recorder, checkpoint, path, reported=True, named=named)  # its save reports it
 
     @property
     def writes(self) -> int:
@@ -260,7 +262,8 @@ def install_safetensors(rec: Recorder) -> None:
     """Record ``safetensors.torch.save_file`` (and ``save_model``, which calls it) as a save call of the open
     checkpoint. Its writer is native: with no fault armed it writes as it does and its bytes are counted from
     the file it produced; with one armed, the same bytes (``safetensors.torch.save``) are written through
-    Python, where the fault can land at any of them."""
+    Python, where the fault can land at any of them, the way safetensors (0.8) writes them: into a temporary file
+    ``.tmpXXXXXXXX`` beside the target (removed if a write fails), renamed over the target, no fsync."""
     patches.install("safetensors", rec)
 
 
@@ -279,12 +282,15 @@ def safetensors_save_file(rec: Recorder, original: Callable) -> Callable:
                 save.checkpoint.writes += 1
                 return None
             data = st.save(tensors, metadata=metadata)
-            with open(path, "wb") as raw:
-                save.writer = CountingWriter(raw, rec, save.checkpoint, path)
-                try:
+            fd, tmp = tempfile.mkstemp(prefix=".tmp", dir=os.path.dirname(os.path.abspath(path)))
+            try:
+                with open(fd, "wb") as raw:
+                    save.writer = CountingWriter(raw, rec, save.checkpoint, tmp, named=path)
                     save.writer.write(data)
-                except OSError as exc:  # raised as safetensors' own writer raises it
-                    raise safetensors.SafetensorError(f"Error while serializing: {exc}") from exc
+            except OSError as exc:  # safetensors removes its temporary file and raises its own error
+                os.unlink(tmp)
+                raise safetensors.SafetensorError(f"Error while serializing: {exc}") from exc
+            os.rename(tmp, path)
         return None
 
     return save_file

@@ -3,9 +3,10 @@ object or a temporary file really lands, and whether a move became a copy over t
 
 Lightning saves into memory, fsspec writes the bytes to a temporary file in ``$TMPDIR`` and ``shutil.move``s
 it onto ``last.ckpt``; when the two are on different file systems the rename fails (EXDEV) and the move
-truncates ``last.ckpt`` in place and copies into it. Each ``os.rename``, ``os.replace``, ``shutil.move`` and
-``shutil.copyfile`` (``shutil.copy``/``copy2`` call it) made while a checkpoint is open becomes a
-``save-move`` event; the destination's folder joins the durability journal before the call, so its
+truncates ``last.ckpt`` in place and copies into it. Each ``os.rename``, ``os.replace``, ``os.link`` (a new
+name for the same bytes: ``best.pt``, ``epoch-3.pt``), ``shutil.move`` and ``shutil.copyfile`` (``shutil.copy``/
+``copy2`` call it) made while a checkpoint is open becomes a ``save-move`` event (names relative to a folder's
+descriptor made whole); the destination's folder joins the durability journal before the call, so its
 operations are journaled. Outside a checkpoint, and always, the call itself is the job's own.
 """
 
@@ -16,7 +17,7 @@ import stat
 import threading
 from typing import Any, Callable, Optional, Tuple
 
-from chaosckpt.agent import patches
+from chaosckpt.agent import fileops, patches
 from chaosckpt.agent.recorder import Recorder
 
 _lstat = os.lstat
@@ -56,11 +57,10 @@ def observed(moves: Moves, original: Callable, how: str) -> Callable:
     target: Callable[[str, str], str] = _move_target if how == "move" else (lambda s, d: d)
 
     def call(src: Any, dst: Any, *args: Any, **kwargs: Any) -> Any:
-        if rec.checkpoint is None or getattr(local, "inside", False) or kwargs.get("src_dir_fd") is not None \
-                or kwargs.get("dst_dir_fd") is not None or isinstance(src, int) or isinstance(dst, int):
+        if rec.checkpoint is None or getattr(local, "inside", False) or isinstance(src, int) or isinstance(dst, int):
             return original(src, dst, *args, **kwargs)
-        s = os.path.abspath(os.fsdecode(src))
-        d = os.path.abspath(target(s, os.fsdecode(dst)))
+        s = os.path.abspath(fileops.resolve(src, kwargs.get("src_dir_fd")))
+        d = os.path.abspath(target(s, fileops.resolve(dst, kwargs.get("dst_dir_fd"))))
         source, before = _inode(s), _inode(d)
         rec.checkpoint.folders.add(os.path.dirname(d))  # a copy's writes count there from its first byte
         if rec.journal is not None:

@@ -107,6 +107,7 @@ def _install() -> None:
 
         tracked = [*fault.track, tempfile.gettempdir()]  # the job's own, which chaosckpt put in its sandbox
         rec.journal = fileops.Journal(rec.emit, tracked, os.path.join(run_dir, "keep"))
+        rec.journal.open_save = lambda: None if rec.checkpoint is None else rec.checkpoint.index
         fileops.install(rec.journal)
     moves.install(rec)  # how these nest with the journal's and the guard's patches: patches.LAYERS
     writers.install(rec)

@@ -1,5 +1,6 @@
 """A checkpoint's writers besides ``torch.save``: files the job opens (``open``, ``io.open``, pathlib), descriptors
-it writes (``os.open`` / ``os.write``), kernel copies (``sendfile``, ``copy_file_range``: shutil's copies) and
+it writes (``os.open``, by a folder's descriptor too, then ``os.write``, ``os.pwrite``, ``os.writev``,
+``os.pwritev`` or ``os.fdopen``), kernel copies (``sendfile``, ``copy_file_range``: shutil's copies) and
 safetensors' native writer.
 
 While a checkpoint is open (from its first save call to the next step), a file opened for writing in its
@@ -35,7 +36,7 @@ class FileTally:
     """Writes and bytes into one file of the open checkpoint, and the armed fault if it can land in them."""
 
     def __init__(self, rec: Recorder, checkpoint: Checkpoint, path: Optional[str], reported: bool = False,
-                 carrier: bool = False) -> None:
+                 carrier: bool = False, named: Optional[str] = None) -> None:
         self.rec = rec
         self.checkpoint = checkpoint
         self.path = None if path is None else os.path.abspath(path)
@@ -49,8 +50,9 @@ class FileTally:
         self.undecided = bool(checkpoint.payloads) or carrier  # its first write tells whether it carries them
         self.foreign = False  # a carrier whose first write was not the checkpoint's bytes
         fault = rec.fault if rec.fault is not None and rec.fault.save == checkpoint.index else None
-        named = fault is None or fault.file is None or path is not None and os.path.basename(path) == fault.file
-        self.fault = fault if fault is not None and fault.kind in ("halt", "enospc") and named else None
+        name = named or path  # what ``file=`` matches: the file the job names (safetensors' bytes land beside it)
+        matches = fault is None or fault.file is None or name is not None and os.path.basename(name) == fault.file
+        self.fault = fault if fault is not None and fault.kind in ("halt", "enospc") and matches else None
         self.ends: Optional[list] = [] if fault is not None and fault.write_ends else None
 
     def live(self) -> bool:
@@ -270,8 +272,9 @@ class Counter:
 
 
 def install(rec: Recorder) -> None:
-    """Count the checkpoint's bytes that ``open``, ``os.write``, ``sendfile`` and ``copy_file_range`` carry
-    (the ``writers`` layer of ``patches``, over the durability journal's, which then see the same calls)."""
+    """Count the checkpoint's bytes that ``open``, ``os.write`` (``pwrite``, ``writev``, ``pwritev``), ``sendfile``
+    and ``copy_file_range`` carry (the ``writers`` layer of ``patches``, over the durability journal's, which then
+    see the same calls)."""
     patches.install("writers", Counter(rec))
 
 
@@ -279,15 +282,16 @@ def counted_open(counter: Counter, inner_open: Callable) -> Callable:
     rec = counter.rec
 
     def open_(file, mode="r", buffering=-1, encoding=None, errors=None, newline=None, closefd=True, opener=None):
-        if rec.checkpoint is None or isinstance(file, int) or not any(c in mode for c in "wax+"):
+        if rec.checkpoint is None or not any(c in mode for c in "wax+"):
             return inner_open(file, mode, buffering, encoding, errors, newline, closefd, opener)
         binary = "b" in mode
         odd = buffering == 1 and binary or buffering == 0 and not binary or binary and (encoding or errors or newline)
-        ckpt, carrier = (None, False) if odd else opened_into(rec, file)  # open() warns or raises on the odd ones
-        if ckpt is None:
+        tally = counter.fds.get(file) if isinstance(file, int) and not odd else None  # os.fdopen of a counted fd
+        ckpt, carrier = (None, False) if odd or isinstance(file, int) else opened_into(rec, file)
+        if ckpt is None and tally is None:  # open() warns or raises on the odd ones
             return inner_open(file, mode, buffering, encoding, errors, newline, closefd, opener)
         inner = inner_open(file, mode.replace("t", "") + ("" if binary else "b"), 0, None, None, None, closefd, opener)
-        raw = CountedRaw(inner, counter.track(ckpt, file, inner.fileno(), carrier), counter.closed)
+        raw = CountedRaw(inner, tally or counter.track(ckpt, file, inner.fileno(), carrier), counter.closed)
         return fileops.layered(raw, mode, buffering, encoding, errors, newline, inner._blksize)
 
     return open_
@@ -298,10 +302,10 @@ def counted_os_open(counter: Counter, original: Callable) -> Callable:
 
     def open_(path, flags, mode=0o777, *, dir_fd=None):
         fd = original(path, flags, mode, dir_fd=dir_fd)
-        skip = rec.checkpoint is None or not flags & _WRITE_FLAGS or dir_fd is not None
-        ckpt, carrier = (None, False) if skip else opened_into(rec, path)
+        full = None if rec.checkpoint is None or not flags & _WRITE_FLAGS else fileops.resolve(path, dir_fd)
+        ckpt, carrier = (None, False) if full is None else opened_into(rec, full)
         if ckpt is not None:
-            counter.track(ckpt, path, fd, carrier)
+            counter.track(ckpt, full, fd, carrier)
         return fd
 
     return open_
@@ -318,6 +322,39 @@ def counted_write(counter: Counter, original: Callable) -> Callable:
         return tally.write(view.nbytes, lambda n: original(fd, view if n is None else view[:n]), data=view)
 
     return write
+
+
+def counted_pwrite(counter: Counter, original: Callable) -> Callable:
+    fds = counter.fds
+
+    def pwrite(fd, data, offset):
+        tally = fds.get(fd) if fds else None
+        if tally is None or not tally.live():
+            return original(fd, data, offset)
+        view = memoryview(data).cast("B")
+        return tally.write(view.nbytes, lambda n: original(fd, view if n is None else view[:n], offset), data=view)
+
+    return pwrite
+
+
+def counted_writev(counter: Counter, original: Callable) -> Callable:
+    fds = counter.fds
+
+    def writev(fd, buffers, *offset):
+        tally = fds.get(fd) if fds else None
+        if tally is None or not tally.live():
+            return original(fd, buffers, *offset)
+        buffers = [memoryview(b).cast("B") for b in buffers]
+        size = sum(b.nbytes for b in buffers)
+        return tally.write(size, lambda n: original(fd, buffers if n is None else fileops.cut(buffers, n), *offset),
+                           data=buffers[0] if buffers else None)
+
+    return writev
+
+
+def counted_pwritev(counter: Counter, original: Callable) -> Callable:
+    """``os.pwritev(fd, buffers, offset[, flags])``: counted as ``writev``, at its offset."""
+    return counted_writev(counter, original)
 
 
 def _copied(in_fd: int, offset: Optional[int], count: int) -> int:

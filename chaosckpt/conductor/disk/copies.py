@@ -20,13 +20,14 @@ def final_path(save: Save, ops: List[dict]) -> Optional[str]:
 
 def final_paths(save: Save, ops: List[dict]) -> List[str]:
     """Where every file of the checkpoint ended up: those its save calls wrote and those moved in from a
-    temporary file, each followed through the renames after the save began."""
+    temporary file, each followed through the renames after the save began, then the names it linked to them."""
     out: List[str] = []
+    links = [m["dst"] for m in save.moves if m["how"] == "link" and m.get("ok")]
     for path in save.paths():
         final = _followed(path, save, ops)
         if final is not None and final not in out:
             out.append(final)
-    return out
+    return out + [link for link in links if link not in out]
 
 
 def _followed(path: Optional[str], save: Save, ops: List[dict]) -> Optional[str]:

@@ -140,6 +140,9 @@ class Disk:
             key = self.names.pop(op["path"], None)
             if key is not None and op.get("keep"):
                 self.inodes[key].location = op["keep"]
+        elif kind == "link":  # a second name for the same inode: the same data, torn or whole
+            key, _ = self._inode(op["ino"])
+            self.names[op["path"]] = key
         elif kind == "symlink":
             key, inode = self._inode(op["ino"])
             inode.link, inode.durable = op["target"], (0, 0)

@@ -51,6 +51,8 @@ def describe(op: Optional[dict], name: Callable[[str], str]) -> str:
         return f"write {op['len']} B to {name(op.get('path') or '?')}"
     if kind == "rename":
         return f"rename {name(op['src'])} -> {name(op['dst'])}"
+    if kind == "link":
+        return f"link {name(op.get('src') or '?')} -> {name(op['path'])}"
     if kind == "open":
         return f"open {name(op['path'])}" + (" (truncate)" if op.get("trunc") and not op.get("created") else "")
     return f"{kind} {name(op.get('path') or '?')}"
@@ -62,42 +64,53 @@ class Sweep:
 
     points: List[CrashPoint] = field(default_factory=list)
     states: List[List[crash.Entry]] = field(default_factory=list)
+    """Per state, what the disk holds: the checkpoint's files first, then the others under the roots."""
     whole: List[Dict[str, bool]] = field(default_factory=list)
-    """Per state, per path: whether the file holds all the data its version ends with."""
+    """Per state, per path of the checkpoint's files: whether the file holds all the data its version ends with."""
     classes: List[int] = field(default_factory=list)
     """Per state, its class (``classify``)."""
     representatives: List[int] = field(default_factory=list)
     """Per class, the first state in it: the one a resume is run on."""
 
 
-def explore(initial: crash.Disk, ops: List[dict], first: int, model: crash.Model,
-            name: Callable[[str], str]) -> Sweep:
-    """Crash after each operation numbered ``first`` .. the last in ``ops`` (``first - 1``: before any)."""
+def explore(initial: crash.Disk, ops: List[dict], in_save: Callable[[dict], bool], model: crash.Model,
+            name: Callable[[str], str], mine: Callable[[str], bool] = lambda p: True) -> Sweep:
+    """Crash before the save's first operation and after each of its operations (``in_save``); the others in
+    ``ops`` change the disk but are no crash points. A row, and what tells states apart, hold the files ``mine``
+    says are the checkpoint's; files the journal never saw written (``crash.unseen``) stand in every state as the
+    job left them."""
     final = initial.fork()
     for op in ops:
         final.apply(op)
     disk = initial.fork()
-    before = [op for op in ops if op["n"] < first]
-    window = [op for op in ops if op["n"] >= first]
-    for op in before:
-        disk.apply(op)
     sweep = Sweep()
     keys: Dict[Tuple, int] = {}
-    for op in [None, *window]:
-        if op is not None:
-            disk.apply(op)
-        entries = disk.after_crash(model, final=final)
+    kept = [crash.Entry(path, path, os.path.getsize(path)) for path in crash.unseen(final)]
+    window = [op for op in ops if in_save(op)]
+
+    def crash_here(op: Optional[dict]) -> None:
+        everything = disk.after_crash(model, final=final)
+        entries = [e for e in everything if mine(e.path)]
         key = tuple(e.key() for e in entries)
-        if key not in keys:
+        if key not in keys:  # the checkpoint's files first: a row's files are the first of its state's entries
             keys[key] = len(sweep.states)
-            sweep.states.append(entries)
+            sweep.states.append(entries + [e for e in everything if not mine(e.path)] + kept)
             sweep.whole.append({e.path: _whole(e, final) for e in entries})
         sweep.points.append(CrashPoint(
-            op=op["n"] if op else first - 1,
+            op=op["n"] if op else (window[0]["n"] - 1 if window else 0),
             operation=describe(op, name),
             state=keys[key],
             files=[{"path": name(e.path), "bytes": e.length} for e in entries],
         ))
+
+    for op in ops:
+        if window and op is window[0]:
+            crash_here(None)
+        disk.apply(op)
+        if in_save(op):
+            crash_here(op)
+    if not window:
+        crash_here(None)
     return sweep
 
 
@@ -116,7 +129,8 @@ def check_states(sweep: Sweep, roots: List[str], scratch: Path, checker: LoadChe
             return str(base / path.lstrip(os.sep))
 
         crash.materialize(entries, roots, target)
-        checked = checker.check([target(e.path) for e in entries if e.path.endswith(CHECKPOINT_SUFFIXES)])
+        checked = checker.check([target(e.path) for e in entries
+                                 if e.path in sweep.whole[index] and e.path.endswith(CHECKPOINT_SUFFIXES)])
         results.append({e.path: checked.get(target(e.path)) for e in entries})
     for point in sweep.points:
         result = results[point.state]
@@ -139,7 +153,8 @@ def classify(sweep: Sweep, results: List[Dict[str, Optional[Dict]]]) -> None:
     keys: Dict[Tuple, int] = {}
     sweep.classes, sweep.representatives = [], []
     for index, entries in enumerate(sweep.states):
-        key = tuple(seen(e, results[index].get(e.path), sweep.whole[index].get(e.path, False)) for e in entries)
+        whole = sweep.whole[index]  # by the checkpoint's files alone
+        key = tuple(seen(e, results[index].get(e.path), whole[e.path]) for e in entries if e.path in whole)
         if key not in keys:
             keys[key] = len(sweep.representatives)
             sweep.representatives.append(index)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Callable, Dict, Iterable, List, Optional
 
 from chaosckpt import protocol
 
@@ -38,7 +38,8 @@ class Save:
     def moved_away(self, path: str) -> bool:
         """Whether the save renamed ``path`` to another name (a temporary file put in place), so that ``path``
         no longer held its checkpoint once it ended."""
-        return any(m["src"] == path and m.get("ok") and not m.get("copied") and m["dst"] != path for m in self.moves)
+        return any(m["src"] == path and m.get("ok") and not m.get("copied") and m["dst"] != path
+                   and m.get("how") != "link" for m in self.moves)
 
     def paths(self) -> List[str]:
         """Its files: those its save calls wrote, then those moved or copied in from a file that is none of
@@ -63,7 +64,7 @@ class Save:
         if not file.get("memory"):
             return path
         for move in self.moves:
-            if move["src"] == path and move.get("ok") and move["how"] != "copy":
+            if move["src"] == path and move.get("ok") and move["how"] not in ("copy", "link"):
                 path = move["dst"]
         return path
 
@@ -154,6 +155,11 @@ def _process(events: List[Event]) -> ProcessLog:
     return log
 
 
+_FILE_OPS = ("open", "write", "rename", "link", "unlink", "symlink")
+"""Journal operations that name a file (a folder's fsync, mkdir and rmdir name its folder, which may hold the job's
+other files)."""
+
+
 @dataclass
 class RunLog:
     """All processes of one run that had the agent live in them."""
@@ -197,6 +203,28 @@ class RunLog:
     def ops(self) -> List[Event]:
         """Journal operations of every process, in the order they happened."""
         return sorted((e for p in self.processes for e in p.ops), key=lambda e: (e["ts"], e["pid"], e["n"]))
+
+    def save_ops(self) -> List[Event]:
+        """Journal operations of the processes that save (each rank's training process), in the order they
+        happened: another process's writes (a data-preparation step) are none of the checkpoint's."""
+        pids = {p.pid for p in self.ranks().values()}
+        return [e for e in self.ops() if e["pid"] in pids]
+
+    def checkpoint_files(self) -> Callable[[str], bool]:
+        """Whether a path is one of the checkpoint's files: one its saves wrote, moved or linked, one the saving
+        processes changed while a checkpoint was open, or a file inside a folder a save wrote or moved (DCP's).
+        The job's scripts and input data beside them, in a checkpoint folder that is the working directory, are
+        not."""
+        names = set()
+        for proc in self.ranks().values():
+            for save in proc.saves:
+                names.update(save.paths())
+                names.update(path for move in save.moves for path in (move["src"], move["dst"]))
+            for op in proc.ops:
+                if op.get("save") is not None and op["op"] in _FILE_OPS:
+                    names.update(op[k] for k in ("path", "src", "dst") if op.get(k))
+        folders = tuple(name + os.sep for name in names)
+        return lambda path: path in names or path.startswith(folders)
 
     def ranks(self) -> Dict[int, ProcessLog]:
         """The training process of each rank (a job without ranks is rank 0): one that stepped, the last started."""

@@ -37,11 +37,32 @@ def aftermath(ctx: Context, armed: Armed, run: Faulted) -> Optional[Aftermath]:
 
 
 def power_loss(ctx: Context, armed: Armed, faulted: RunLog) -> Aftermath:
-    """Rewrite the checkpoint directories into what the disk holds when the power comes back."""
+    """Rewrite the checkpoint directories into what the disk holds when the power comes back: the saving
+    processes' writes as the durability model keeps them, other processes' (a data-preparation step) as they
+    left them. The fault record lists the checkpoint's files alone, those a native writer made included."""
     disk, work = armed.disk, armed.work
     model = ctx.scenario.trigger.model
-    entries, native = crash.power_cut(disk, faulted.ops(), model, armed.roots, armed.end, armed.native)
-    return _left(work, model, {e.path: e.length for e in entries}, native)
+    saving = _written_since_saving(armed.roots, faulted)  # before the power cut rewrites every file
+    entries, native = crash.power_cut(disk, faulted.save_ops(), model, armed.roots, armed.end, armed.native)
+    mine = faulted.checkpoint_files()
+    native = [path for path in native if mine(path) or path in saving]
+    shown = set(native)
+    return _left(work, model, {e.path: e.length for e in entries if mine(e.path) or e.path in shown}, native)
+
+
+def _written_since_saving(roots: List[str], log: RunLog) -> set:
+    """The files under ``roots`` last written once the job's first checkpoint had begun: a file the journal never
+    saw written among them is a native writer's file of the checkpoint, not the job's script or input data (there
+    before any save)."""
+    began = [s.ts for p in log.ranks().values() for s in p.saves]
+    found = set()
+    for root in roots if began else ():
+        for parent, _, files in os.walk(root):
+            for name in files:
+                path = os.path.join(parent, name)
+                if os.lstat(path).st_mtime >= min(began):
+                    found.add(path)
+    return found
 
 
 def node_power_loss(ctx: Context, armed: Armed, run: Faulted) -> Aftermath:

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Iterator, List, NamedTuple, Optional, Tuple
+from typing import Callable, Iterator, List, NamedTuple, Optional, Tuple
 
 from chaosckpt.conductor.disk import crash, sweep
 from chaosckpt.conductor.disk.loadcheck import LoadChecker
 from chaosckpt.conductor.results.result import Finding
 from chaosckpt.conductor.runs import sandbox
-from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog
+from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog, Save
 from chaosckpt.conductor.trial import render, score
 from chaosckpt.conductor.trial.arm import Armed
 from chaosckpt.conductor.trial.context import Context, rel
@@ -43,7 +43,8 @@ def sweep_save(ctx: Context, ref: ProcessLog, armed: Armed, run: Faulted) -> Ite
     def name(path: str) -> str:
         return rel(path, work) or path
 
-    sw = sweep.explore(armed.disk, run.log.ops(), (target.op or 0) + 1, model, name)
+    sw = sweep.explore(armed.disk, run.log.save_ops(), _in_save(run, target), model, name,
+                       run.log.checkpoint_files())
     checker = LoadChecker()
     try:
         sweep.classify(sw, sweep.check_states(sw, armed.roots, ctx.sandbox_root / "sweep-states", checker))
@@ -67,6 +68,14 @@ def sweep_save(ctx: Context, ref: ProcessLog, armed: Armed, run: Faulted) -> Ite
     ]
     yield Swept(dataclasses.replace(measured, sweep=[p.to_dict() for p in sw.points]).found(
         *_summary(ctx, sw, target.index, unloadable)), not failed and not unloadable)
+
+
+def _in_save(run: Faulted, target: Save) -> Callable[[dict], bool]:
+    """Whether a journal operation is one of the save's: made by a process that writes it (each rank writes its
+    own part), from the save's start in that process on."""
+    first = {p.pid: (s.op or 0) + 1 for p in run.log.ranks().values() for s in p.saves if s.index == target.index}
+    first[run.proc.pid] = (target.op or 0) + 1
+    return lambda op: op["pid"] in first and op["n"] >= first[op["pid"]]
 
 
 def _resume_state(ctx: Context, armed: Armed, entries: List[crash.Entry], state: int, table: score.DigestTable,

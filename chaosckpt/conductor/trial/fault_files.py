@@ -42,17 +42,19 @@ def files_after_fault(ctx: Context, proc: ProcessLog, work: Path) -> Dict[str, O
 
 def file_states(ctx: Context, proc: ProcessLog, work: Path, expected: Dict[str, int]) -> Dict[str, FileState]:
     """Each file of the fault (``fault_paths``) as the fault left it: its bytes (null: missing), those the
-    uninterrupted run's same save gave it (``expected``, by relative path; a renamed file's are its source's;
-    null: unknown) and whether it loads (null: missing, a folder, or in no checkpoint format the load check
+    uninterrupted run's same save gave it (``expected``, by relative path; a renamed or linked file's are its
+    source's; null: unknown) and whether it loads (null: missing, a folder, or in no checkpoint format the load check
     reads)."""
     sources = {m["dst"]: m["src"] for s in proc.saves for m in s.moves if m.get("ok") and m["how"] != "copy"}
     states: Dict[str, FileState] = {}
     for path in fault_paths(proc):
         host = ctx.host_path(path, work)
         name = rel(path, work) or path
-        full = expected.get(name)
-        if full is None and path in sources:
-            full = expected.get(rel(sources[path], work) or "")
+        full, source, followed = expected.get(name), path, {path}
+        while full is None and sources.get(source) not in followed | {None}:  # a link to a renamed file: its source's
+            source = sources[source]
+            followed.add(source)
+            full = expected.get(rel(source, work) or "")
         states[name] = {"bytes": os.path.getsize(host) if os.path.exists(host) else None, "full_bytes": full,
                         "loads": _loads(host) if os.path.isfile(host) else None}
     return states
