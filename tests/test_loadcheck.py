@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -72,7 +73,8 @@ def test_the_sweep_load_checks_every_kind_of_checkpoint_file_a_framework_writes(
     entries += [crash.Entry(str(src / n), str(src / n), (src / n).stat().st_size)
                 for n in ("model.safetensors", "random_states_0.pkl", "notes.txt")]
     files = [{"path": e.path, "bytes": e.length} for e in entries]
-    found = sweep.Sweep([sweep.CrashPoint(1, "write", 0, files)], [entries])
+    whole = {e.path: e.length == Path(e.path).stat().st_size for e in entries}  # every file is the checkpoint's
+    found = sweep.Sweep([sweep.CrashPoint(1, "write", 0, files)], [entries], [whole])
     checker = loadcheck.LoadChecker()
     try:
         sweep.check_states(found, [str(src)], tmp_path / "scratch", checker)
