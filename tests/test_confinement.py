@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Tuple
 
 import pytest
 
@@ -91,6 +92,20 @@ def as_user(user: str):
     return prefix
 
 
+def confined_as(prefix, base: Path, outside: Path, script: str) -> Tuple[Path, subprocess.CompletedProcess]:
+    """Run ``script`` with bash through the confinement helper in ``base/box`` as ``as_user`` gave it; the box and
+    what it ran."""
+    box, log = base / "box", base / "log"
+    box.mkdir()
+    log.mkdir()
+    argv, env = confinement.command(["bash", "-c", script], box, log, [])
+    if prefix:
+        subprocess.run(["chown", "-R", "65534:65534", str(base), str(outside)], check=True)
+        base.chmod(0o755)
+    return box, subprocess.run([*prefix, *argv], cwd=box, env={**os.environ, **env}, capture_output=True, text=True,
+                               timeout=60)
+
+
 @needs_namespace
 @pytest.mark.parametrize("user", ["root", "nobody"])
 def test_a_job_that_remounts_or_writes_a_disk_raw_leaves_the_file_outside_as_it_was(user, outside, monkeypatch):
@@ -98,10 +113,8 @@ def test_a_job_that_remounts_or_writes_a_disk_raw_leaves_the_file_outside_as_it_
     base = Path(tempfile.mkdtemp(prefix="chaosckpt-escape-", dir="/var/tmp"))
     if prefix:  # the checkout may lie in a folder only we can read: nobody runs a copy of the helper
         monkeypatch.setattr(confinement, "HELPER", Path(shutil.copy(confinement.HELPER, base / "confine.py")))
+    box = base / "box"
     try:
-        box, log = base / "box", base / "log"
-        box.mkdir()
-        log.mkdir()
         victim = outside / "real.txt"
         disks = "find /dev -type b | wc -l"
         script = (f"id -u; {disks}; "
@@ -109,12 +122,7 @@ def test_a_job_that_remounts_or_writes_a_disk_raw_leaves_the_file_outside_as_it_
                   f"mknod disk b 8 0; "
                   f"unshare -Urm sh -c 'mount -o remount,rw {outside}; echo u > {victim}'; "
                   f"echo x > {victim}; echo done")
-        argv, env = confinement.command(["bash", "-c", script], box, log, [])
-        if prefix:
-            subprocess.run(["chown", "-R", "65534:65534", str(base), str(outside)], check=True)
-            base.chmod(0o755)
-        done = subprocess.run([*prefix, *argv], cwd=box, env={**os.environ, **env}, capture_output=True, text=True,
-                              timeout=60)
+        box, done = confined_as(prefix, base, outside, script)
         assert done.stdout.split() == ["0", "0", "done"], done.stdout + done.stderr  # root inside, no disk in /dev
         assert done.stderr.count("permission denied") == 3 and "mknod: disk: Operation not permitted" in done.stderr
         assert victim.read_text() == "real\n" and sorted(p.name for p in outside.iterdir()) == ["real.txt"]
@@ -156,20 +164,12 @@ def test_a_job_cannot_write_through_another_process_view_of_the_file_system_and_
     drop = [shutil.which("setpriv") or "setpriv", "--inh-caps=-all", "--bounding-set=-all"]
     holder = subprocess.Popen([*(prefix or drop), "sleep", "60"], cwd=outside)
     try:
-        box, log = base / "box", base / "log"
-        box.mkdir()
-        log.mkdir()
         pid = holder.pid
         script = (f"echo $$; cat /proc/[0-9]*/comm | sort -u | tr '\\n' ' '; echo; "
                   f"echo r > /proc/{pid}/root{victim}; echo c > /proc/{pid}/cwd/real.txt; "
                   f"echo u > /proc/{pid}/cwd/../{outside.name}/real.txt; echo o > /proc/1/root{victim}; "
                   f"echo n > /proc/{pid}/root{outside}/new.txt; echo done")
-        argv, env = confinement.command(["bash", "-c", script], box, log, [])
-        if prefix:
-            subprocess.run(["chown", "-R", "65534:65534", str(base), str(outside)], check=True)
-            base.chmod(0o755)
-        done = subprocess.run([*prefix, *argv], cwd=box, env={**os.environ, **env}, capture_output=True, text=True,
-                              timeout=60)
+        _, done = confined_as(prefix, base, outside, script)
         lines = done.stdout.split("\n")
         assert lines[0] == "2" and lines[2] == "done", done.stdout + done.stderr  # the job is the namespace's second
         assert set(lines[1].split()) <= {"bash", "cat", "sort", "tr", "python3", "python3.11", "python"}, lines[1]
