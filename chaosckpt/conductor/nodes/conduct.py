@@ -269,7 +269,7 @@ class _Run:
             time.sleep(launcher.POLL_S)
         for proc, root in self.procs:
             survivors += launcher.kill_tree(root, self.node_mark) + launcher.kill_tree(root, self.mark)
-            proc.wait()
+            launcher.reap(proc)
         for peer in self.peers.values():
             peer.wire.close()
         self._outputs()

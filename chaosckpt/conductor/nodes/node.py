@@ -102,7 +102,7 @@ class NodeRun:
         if self.proc is None:
             return []
         survivors = launcher.kill_tree(self.root, self.mark)
-        self.proc.wait()
+        launcher.reap(self.proc)
         self.out_log.close()
         self.err_log.close()
         return survivors

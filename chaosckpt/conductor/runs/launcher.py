@@ -18,7 +18,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 import psutil
 
@@ -301,6 +301,22 @@ def _all_stopped(events_dir: Path, root: psutil.Process) -> bool:
     return True
 
 
+def reap(proc: Any) -> Optional[int]:
+    """Wait for a killed ``proc`` to end without ``Popen``'s lock: Ctrl-C or SIGTERM raised inside
+    ``Popen.poll()`` can leave that lock held, and ``Popen.wait()`` then blocks for ever (a suite interrupted
+    during its reference run hung so). A process the interrupted poll had already collected counts as killed.
+    Any other handle (a Slurm job) is waited for as it waits."""
+    if not isinstance(proc, subprocess.Popen):
+        return proc.wait()
+    if proc.returncode is None:
+        try:
+            _, status = os.waitpid(proc.pid, 0)
+            proc.returncode = os.waitstatus_to_exitcode(status)
+        except ChildProcessError:
+            proc.returncode = -signal.SIGKILL
+    return proc.returncode
+
+
 def launch(spec: RunSpec) -> RunResult:
     """Run ``spec`` to completion, a fired fault, or its timeout; the tree is always gone afterwards."""
     with subreaper():
@@ -363,7 +379,7 @@ def _run(spec: RunSpec) -> RunResult:
         survivors = kill_tree(root, mark, namespace[0] if namespace else None)
         if namespace:
             os.close(namespace[1])
-        proc.wait()
+        reap(proc)
         out_log.close()
         err_log.close()
     if not fault_fired and protocol.fault_flags(events_dir):

@@ -33,7 +33,7 @@ from chaosckpt.conductor import scenario as scenarios
 from chaosckpt.conductor.errors import UsageError
 from chaosckpt.conductor.results import atomic
 from chaosckpt.conductor.results.plan import Plan, PlannedTrial, load_plan, stored_trial, trial_dir
-from chaosckpt.conductor.runs import cache, horizon, sandbox
+from chaosckpt.conductor.runs import cache, horizon, launcher, sandbox
 from chaosckpt.conductor.suite import executors
 from chaosckpt.conductor.runs.runlog import RunLog
 
@@ -225,4 +225,4 @@ def _stop(procs: List[Any]) -> None:
             proc.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             proc.kill()
-            proc.wait()
+            launcher.reap(proc)
