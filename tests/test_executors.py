@@ -12,6 +12,7 @@ from pathlib import Path
 
 from conftest import REPO, run_chaosckpt
 
+from chaosckpt.conductor.runs import slurm
 from chaosckpt.conductor.suite import executors
 
 
@@ -23,10 +24,10 @@ def test_the_slurm_table_and_slurm_args_become_sbatch_options_in_order():
 
 
 def test_a_slurm_exit_code_is_the_worker_s_status_and_a_signal_is_128_plus_its_number():
-    assert executors._exit_status("1:0") == 1
-    assert executors._exit_status("0:9") == 137
-    assert executors._exit_status("0:0") == 0
-    assert executors._exit_status("") is None
+    assert slurm.exit_status("1:0") == 1
+    assert slurm.exit_status("0:9") == 137
+    assert slurm.exit_status("0:0") == 0
+    assert slurm.exit_status("") is None
 
 
 def _trial_folder(tmp_path: Path, prefix: bool = False) -> Path:

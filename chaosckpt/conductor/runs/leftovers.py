@@ -20,7 +20,7 @@ from typing import Dict, List, Optional
 import psutil
 
 from chaosckpt import protocol
-from chaosckpt.conductor.runs import diskspace, locks
+from chaosckpt.conductor.runs import diskspace, locks, slurm
 
 LOCK = ".lock"
 TRASH = ".removing-"
@@ -94,6 +94,15 @@ def _sandboxes(folder: Path, depth: int = 3) -> List[Path]:
     return found
 
 
+def _under(proc: psutil.Process, prefixes: List[str]) -> bool:
+    """Whether ``proc``'s run directory lies under one of ``prefixes``."""
+    try:
+        run_dir = proc.environ().get(protocol.ENV_RUN_DIR, "")
+    except (psutil.Error, OSError):
+        return False
+    return any(run_dir.startswith(prefix) for prefix in prefixes)
+
+
 def _job_processes(folder: Path) -> List[psutil.Process]:
     prefix = str(folder) + os.sep
     found = []
@@ -106,9 +115,16 @@ def _job_processes(folder: Path) -> List[psutil.Process]:
     return found
 
 
+def _elsewhere(folder: Path) -> List[Path]:
+    """The trial folders under ``folder`` whose Slurm job is still queued or running: theirs are the cluster's
+    processes and sandboxes, not a dead chaosckpt's (a suite killed while its trials ran as Slurm jobs)."""
+    return [marker.parent for marker in folder.glob(f"*/*/{slurm.SUBMITTED}") if slurm.active_job(marker.parent)]
+
+
 def _clean(folder: Path) -> Cleaned:
     done = Cleaned(folder)
-    procs = _job_processes(folder)
+    spared = [str(p) + os.sep for p in _elsewhere(folder)]
+    procs = [p for p in _job_processes(folder) if not _under(p, spared)]
     for proc in procs:
         try:
             proc.kill()
@@ -117,6 +133,8 @@ def _clean(folder: Path) -> Cleaned:
         done.processes.append(proc.pid)
     psutil.wait_procs(procs, timeout=5)
     for box in _sandboxes(folder):
+        if any(str(box).startswith(prefix) for prefix in spared):
+            continue
         done.bytes += diskspace.tree_bytes(box)
         discard(box)
         done.sandboxes.append(box)

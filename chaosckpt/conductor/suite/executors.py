@@ -18,21 +18,16 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence
 
 from chaosckpt.conductor.errors import UsageError
 from chaosckpt.conductor.results import atomic
 from chaosckpt.conductor.results.plan import scenario_label
-from chaosckpt.conductor.runs import launcher, leftovers
+from chaosckpt.conductor.runs import launcher, leftovers, slurm
 
 EXECUTORS = ("local", "slurm")
-SUBMITTED = "slurm.json"
-"""The trial folder's record of its Slurm job: ``{"job_id": "1234"}``."""
 POLL_S = 1.0
 """How often a Slurm job's state is asked for."""
-ACTIVE = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD",
-                    "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD"})
-"""Slurm job states of a job that has not ended (``squeue``'s long names)."""
 SLURM_TABLE = {"partition": "--partition", "nodes": "--nodes", "gpus": "--gpus", "time": "--time",
                "cpus": "--cpus-per-task", "mem": "--mem", "account": "--account", "qos": "--qos"}
 """Keys of ``[tool.chaosckpt.slurm]`` and the ``sbatch`` option each gives; ``args`` adds options as written."""
@@ -74,39 +69,6 @@ def sbatch_args(table: Dict[str, Any], extra: Sequence[str] = ()) -> List[str]:
     return argv + list(extra)
 
 
-def _scheduler(argv: List[str], timeout: float = 60) -> subprocess.CompletedProcess:
-    try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-    except FileNotFoundError:
-        raise UsageError(f"--executor slurm needs Slurm's {argv[0]} command, which is not on the PATH; run the suite "
-                         "where jobs are submitted (a login node), or use --executor local") from None
-    except subprocess.TimeoutExpired:
-        return subprocess.CompletedProcess(argv, 124, "", f"{argv[0]} did not answer in {timeout:g} s")
-
-
-def job_state(job_id: str) -> Tuple[str, Optional[int]]:
-    """The job's Slurm state and, once it ended, its exit status: from ``scontrol``, which remembers a job a
-    while after it ends, else from ``sacct`` where accounting keeps it; ``UNKNOWN`` when neither knows the job."""
-    shown = _scheduler(["scontrol", "-o", "show", "job", job_id])
-    if shown.returncode == 0 and "JobState=" in shown.stdout:
-        fields = dict(f.split("=", 1) for f in shown.stdout.split() if "=" in f)
-        return fields["JobState"], _exit_status(fields.get("ExitCode", ""))
-    listed = _scheduler(["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State,ExitCode"])
-    first = listed.stdout.strip().splitlines()[:1] if listed.returncode == 0 else []
-    if first and "|" in first[0]:
-        state, code = first[0].split("|", 1)
-        return state.split()[0], _exit_status(code)
-    return "UNKNOWN", None
-
-
-def _exit_status(code: str) -> Optional[int]:
-    """``ExitCode=1:0`` (status:signal) as the worker's exit status; a signal as 128 + its number."""
-    status, _, sig = code.partition(":")
-    if not status.isdigit():
-        return None
-    return 128 + int(sig) if sig.isdigit() and int(sig) else int(status)
-
-
 class SlurmJob:
     """One worker submitted as a Slurm job, watched as a process is."""
 
@@ -120,8 +82,8 @@ class SlurmJob:
         if self.returncode is not None or time.monotonic() - self._asked < POLL_S:
             return self.returncode
         self._asked = time.monotonic()
-        self.state, status = job_state(self.job_id)
-        if self.state not in ACTIVE:
+        self.state, status = slurm.job_state(self.job_id)
+        if self.state not in slurm.ACTIVE:
             self.returncode = status if status is not None else 1
             if not (self.folder / "result.json").exists():
                 ended_without_verdict(self.folder, self.job_id, self.state, status)
@@ -129,10 +91,10 @@ class SlurmJob:
 
     def send_signal(self, sig: int) -> None:
         """Stop the trial as Ctrl-C would: Slurm sends its worker SIGTERM, which kills the job tree, then SIGKILL."""
-        _scheduler(["scancel", self.job_id])
+        slurm.scheduler(["scancel", self.job_id])
 
     def kill(self) -> None:
-        _scheduler(["scancel", "--signal=KILL", "--full", self.job_id])
+        slurm.scheduler(["scancel", "--signal=KILL", "--full", self.job_id])
 
     def wait(self, timeout: Optional[float] = None) -> int:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -153,7 +115,7 @@ class Slurm:
 
     def check(self) -> None:
         """Refuse the suite before its reference runs when Slurm's commands are missing or its controller is down."""
-        answer = _scheduler(["scontrol", "ping"], timeout=30)
+        answer = slurm.scheduler(["scontrol", "ping"], timeout=30)
         if answer.returncode != 0 or "UP" not in answer.stdout:
             why = (answer.stderr.strip() or answer.stdout.strip() or f"exit status {answer.returncode}").splitlines()[-1]
             raise UsageError(f"--executor slurm cannot reach the Slurm controller (scontrol ping: {why}); run the "
@@ -163,22 +125,18 @@ class Slurm:
         folder = spec.parent
         argv = ["sbatch", "--parsable", f"--job-name=chaosckpt-{folder.name}", f"--output={folder / 'worker.log'}",
                 f"--chdir={folder}", "--export=ALL", *self.args, "--wrap", "exec " + shlex.join(worker_argv(spec))]
-        done = _scheduler(argv)
+        done = slurm.scheduler(argv)
         if done.returncode != 0:
             why = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
             raise UsageError(f"sbatch refused the trial's job ({why}); check --slurm-args and [tool.chaosckpt.slurm]")
         job_id = done.stdout.strip().split(";")[0]
-        atomic.write_text(folder / SUBMITTED, json.dumps({"job_id": job_id}) + "\n")
+        atomic.write_text(folder / slurm.SUBMITTED, json.dumps({"job_id": job_id}) + "\n")
         return SlurmJob(job_id, folder)
 
     def adopt(self, folder: Path) -> Optional[SlurmJob]:
         """The job a killed suite submitted for ``folder`` while it is still queued or running; None otherwise."""
-        try:
-            job_id = str(json.loads((folder / SUBMITTED).read_text())["job_id"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
-        state, _ = job_state(job_id)
-        return SlurmJob(job_id, folder) if state in ACTIVE else None
+        job_id = slurm.active_job(folder)
+        return None if job_id is None else SlurmJob(job_id, folder)
 
 
 def executor(name: str, folder: Path, args: Sequence[str] = ()) -> Any:
