@@ -230,11 +230,13 @@ class FaultSpec(_FaultSpecHead, total=False):
     track: List[str]
     write_ends: bool
     file: str
+    steps_in_flight: int
 
 
 _FIELD_TYPES: Dict[str, Tuple[type, ...]] = {
     "at_byte": (int,), "at_write": (int,), "at_op": (int,), "free_bytes": (int,), "rank": (int, type(None)),
     "after_save": (bool,), "after_load": (bool,), "write_ends": (bool,), "track": (list,), "file": (str,),
+    "steps_in_flight": (int,),
 }
 
 
@@ -285,12 +287,14 @@ this trial hit it (a divergence cause among them); ``note``: information that ch
 
 FindingKind = Literal[
     "acknowledged-checkpoint-lost",
+    "background-error-unobserved",
     "baseline-nondeterministic",
     "checkpoint-view-bloat",
     "crash-at-exit",
     "epoch-order-differs",
     "epoch-order-replayed",
     "eval-mode-in-training",
+    "exit-with-save-in-flight",
     "in-place-save",
     "move-became-copy",
     "no-loadable-checkpoint",
@@ -327,8 +331,9 @@ FindingKind = Literal[
 
 FINDING_KINDS = get_args(FindingKind)
 
-_ERRORS: tuple[FindingKind, ...] = ("acknowledged-checkpoint-lost", "no-loadable-checkpoint", "ranks-disagree", "resume-exited",
-           "resume-hung", "resumed-other-weights")
+_ERRORS: tuple[FindingKind, ...] = ("acknowledged-checkpoint-lost", "background-error-unobserved",
+                                    "exit-with-save-in-flight", "no-loadable-checkpoint", "ranks-disagree",
+                                    "resume-exited", "resume-hung", "resumed-other-weights")
 _NOTES: tuple[FindingKind, ...] = ("crash-at-exit", "not-interposed", "resumed-weights-unmatched", "steps-before-load",
                                    "sweep")
 # ``sweep-untried`` (classes of crash state a sweep never resumed) is a warning: no defect of the job, but what was

@@ -35,6 +35,8 @@ from chaosckpt.agent import watchdog
 HALT_SECONDS = 600.0
 """How long a halted job waits for the conductor's SIGKILL before exiting by itself (sooner if the conductor dies)."""
 HALT_EXIT_CODE = 86
+IN_FLIGHT_WAIT = 30.0
+"""The longest a background save's fault waits for ``steps_in_flight`` steps (a job waiting for its save takes none)."""
 FaultSpecError = protocol.FaultSpecError
 
 
@@ -56,6 +58,9 @@ class ArmedFault:
     """Report where each write of the save ended (``save-end``'s ``ends``): a suite rebuilds kills at any byte
     or write of it from one shared run."""
     file: Optional[str] = None
+    steps_in_flight: Optional[int] = None
+    """A save on a background thread: the fault at its place waits until the training thread has taken this many
+    steps since the save began, so that it strikes while both the training and the write run."""
 
     @classmethod
     def from_json(cls, text: str) -> "ArmedFault":

@@ -66,7 +66,7 @@ def observed(moves: Moves, original: Callable, how: str) -> Callable:
         if rec.journal is not None:
             rec.journal.track(os.path.dirname(d))
         local.inside = True
-        rec.moving = {"how": how, "src": s, "dst": d}
+        rec.begin_move({"how": how, "src": s, "dst": d})
         ok = False
         try:
             result = original(src, dst, *args, **kwargs)
@@ -74,7 +74,7 @@ def observed(moves: Moves, original: Callable, how: str) -> Callable:
             return result
         finally:
             local.inside = False
-            rec.moving = None
+            rec.end_move()
             rec.guarded(_record, rec, how, s, d, source, before, ok)
 
     return call

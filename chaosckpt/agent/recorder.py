@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import threading
 import time
 import weakref
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, NamedTuple, Optional
@@ -18,6 +19,7 @@ from chaosckpt.agent.faults import ArmedFault
 from chaosckpt.agent.horizon import Horizon
 from chaosckpt.agent.modes import Modes
 from chaosckpt.agent.streams import Streams
+from chaosckpt.agent.threads import Burst, Handoff
 
 if TYPE_CHECKING:  # imported by the runtime only when a fault asks for the journal
     from chaosckpt.agent.fileops import Journal
@@ -51,31 +53,89 @@ class Recorder:
         self._scaled: Dict[int, torch.Tensor] = {}
         self._need_digest = True
         self._sample_next = False  # a checkpoint's tensor sets were loaded: the next step samples each parameter
-        self.checkpoint: Optional[Checkpoint] = None  # open from a checkpoint's first save call to the next step
-        self.saving_via: Optional[str] = None
-        self.saving_path: Optional[str] = None
+        self._burst = Burst()  # this thread's part in a checkpoint: the one it writes for, the save call it is in
+        self._unfinished: Dict[int, Checkpoint] = {}  # begun, and still held by a thread writing it
+        self._lock = threading.Lock()
+        self._stepper: Optional[int] = None  # the thread that steps the primary optimizer: the training loop's
         self.hidden_steps = 0  # inside get_state_dict's optimizer state initialisation: its step is no training step
-        self.saving = False  # inside a save: saves it makes itself (DCP's items) are part of it
         self.journal: Optional["Journal"] = None
         self.streams = Streams()
         self.modes = Modes()
         self._last_rng: Dict[str, str] = {}
         self._drawn: set = set()  # streams whose state moved between two steps: the loop draws from them
         self._halt_pending: Optional[dict] = None
+        self._digest_due = False  # a thread or task was handed work: the next step's digest is of its state
+        self._handed_digest: Optional[tuple] = None  # (step, digest) taken for a background save
+        self.background_error: Optional[BaseException] = None  # the fault raised in a background save, its fate open
         self._op_base = 0
         self._eval_done = False
-        self._save_began = 0.0
-        self.moving: Optional[Dict[str, str]] = None  # the move or copy in progress inside the open checkpoint
+
+    @property
+    def checkpoint(self) -> Optional["Checkpoint"]:
+        """The checkpoint this thread writes for: open from its first save call to the training thread's next
+        step, or, on a background thread, to the end of the thread's task (an asynchronous save)."""
+        return self._burst.checkpoint
+
+    @property
+    def saving(self) -> bool:
+        """This thread is inside a save call: saves it makes itself (DCP's items) are part of it."""
+        return self._burst.saving
+
+    @property
+    def saving_via(self) -> Optional[str]:
+        return self._burst.via
+
+    @property
+    def saving_path(self) -> Optional[str]:
+        return self._burst.path
+
+    @property
+    def moving(self) -> Optional[Dict[str, str]]:
+        """The move or copy this thread is making inside its checkpoint."""
+        return self._burst.moving
+
+    def begin_move(self, move: Dict[str, str]) -> None:
+        self._burst.moving = move
+        self._busy(self.checkpoint, 1)
+
+    def end_move(self) -> None:
+        self._burst.moving = None
+        self._busy(self.checkpoint, -1)
+
+    def _busy(self, ckpt: Optional["Checkpoint"], delta: int) -> None:
+        """A save call or a move of ``ckpt`` began (1) or ended (-1): at the exit, one still busy never landed."""
+        if ckpt is not None:
+            with self._lock:
+                ckpt.busy += delta
+                if not ckpt.busy:
+                    ckpt.idle_since = self.step
 
     def fire(self, **fields: object) -> None:
         """The armed fault's moment has come: halt for the conductor's SIGKILL, or fail the write with ENOSPC.
         The event names the files the process was still writing and the copy it was inside, if any: a killed
         process sends no ``save-file`` or ``save-move`` event for them."""
         fields = {"fault": self.fault.kind, "save": self.fault.save, **fields, **self._in_progress()}
+        ckpt = self.checkpoint
+        if ckpt is not None and ckpt.background is not None:
+            fields.update(self._in_flight(ckpt))
         if self.fault.kind == "halt":
             faults.halt(self.writer, **fields)
         self.emit("fault", **fields)
-        raise faults.disk_full_error()
+        error = faults.disk_full_error()
+        if ckpt is not None and ckpt.background is not None:
+            self.background_error = error
+        raise error
+
+    def _in_flight(self, ckpt: "Checkpoint") -> Dict[str, object]:
+        """A fault in a background save: with ``steps_in_flight``, held until the training thread has taken
+        that many steps since the save began (at most ``faults.IN_FLIGHT_WAIT`` seconds: a job that waits for
+        its save takes none); the thread and the steps taken are part of the fault's event."""
+        wanted = self.fault.steps_in_flight
+        if wanted is not None:
+            deadline = time.monotonic() + faults.IN_FLIGHT_WAIT
+            while self.step - ckpt.step < wanted and time.monotonic() < deadline:
+                time.sleep(0.005)
+        return {"thread": ckpt.background, "steps_in_flight": self.step - ckpt.step, "training_step": self.step}
 
     def _in_progress(self) -> Dict[str, object]:
         ckpt = self.checkpoint
@@ -86,11 +146,30 @@ class Recorder:
         return {**({"writing": writing} if writing else {}), **({"inside": dict(self.moving)} if self.moving else {})}
 
     def at_exit(self) -> None:
-        """The process exits: its open checkpoint is as complete as it will get; a pending halt fires now."""
+        """The process exits: its open checkpoints are as complete as they will get (one a background thread
+        is still writing never lands: ``save-end`` says so); a pending halt fires now."""
         if self.enabled:
             self.guarded(self.close_checkpoint)
+            for ckpt in list(self._unfinished.values()):
+                self.guarded(self._finish, ckpt, ckpt.busy > 0 or ckpt.idle_since == self.step)
         self.fire_pending()
-        self.emit("exit", step=self.step)
+        self.emit("exit", step=self.step, **self._error_fate("unobserved"))
+
+    def _error_fate(self, fate: str) -> Dict[str, object]:
+        """The error a fault raised in a background save, the first time its fate is known: ``observed`` (a
+        future's result raised it, or the job ended on it) or ``unobserved`` (the job ended without it)."""
+        error, self.background_error = self.background_error, None
+        return {} if error is None else {"background_error": {"error": _one_line(error), "fate": fate}}
+
+    def observed(self, exc: Optional[BaseException]) -> None:
+        """The job looked at ``exc`` (a future's result or exception, the exception it ended on): if it is the
+        background save's fault, or one it caused, the job noticed it."""
+        seen = exc
+        while seen is not None and self.background_error is not None:
+            if seen is self.background_error:
+                self.emit("background-error", **self._error_fate("observed")["background_error"])
+                return
+            seen = seen.__cause__ or seen.__context__
 
     def fire_pending(self) -> None:
         """Halt now if a save that was to be followed by a crash has returned."""
@@ -161,8 +240,12 @@ class Recorder:
         self.fire_pending()
         if self._primary is None or self._primary() is None:
             self._primary = weakref.ref(optimizer)
+            self._stepper = threading.get_ident()
         elif self._primary() is not optimizer:
             return
+        if self._digest_due:
+            self._digest_due = False
+            self._handed_digest = (self.step, self._digest())
         self._end_step()  # a step whose optimizer.step() raised: booked without waiting for it
         if self.horizon is not None and self.horizon.due(self.step):
             faults.halt(self.writer, event="stop", flag=protocol.STOP_FLAG_PREFIX, step=self.step)
@@ -243,9 +326,14 @@ class Recorder:
     def save_begin(self, path: Optional[str], via: str, obj: object = None) -> "Checkpoint":
         """A save call begins: part of the open checkpoint, or the first of a new one (a step since the last)."""
         self.fire_pending()
-        self.saving = True
-        self.saving_via, self.saving_path = via, None if path is None else os.path.abspath(path)
-        ckpt = self.checkpoint or self._open_checkpoint(path, via)
+        burst = self._burst
+        ckpt = burst.checkpoint
+        if ckpt is not None and ckpt.background is not None and not ckpt.busy and ckpt.idle_since < self.step:
+            self.close_checkpoint()  # a saver thread's next checkpoint: the training stepped since its last
+            ckpt = None
+        burst.saving, burst.via, burst.path = True, via, None if path is None else os.path.abspath(path)
+        ckpt = ckpt or self._open_checkpoint(path, via)
+        self._busy(ckpt, 1)
         ckpt.whole = False
         if obj is not None and self.step:
             self.guarded(self._look_into, obj, ckpt)
@@ -256,22 +344,28 @@ class Recorder:
         return ckpt
 
     def _open_checkpoint(self, path: Optional[str], via: str) -> "Checkpoint":
-        """A new checkpoint begins; returned as well as kept, since a step on another thread may close it at once
-        (a save on a background thread)."""
-        self._save_began = time.time()
-        self._fetch_rng = None  # the next step's batch state is taken after the save: draws around it are told apart
-        self.saves += 1
-        ckpt = self.checkpoint = Checkpoint(self.saves)
-        fields: Dict[str, object] = {}
+        """A new checkpoint begins, this thread's to write. On a background thread its step is the step at which
+        the thread (or its task) was handed its work, and its digest the parameters' at that step."""
+        background = self._stepper is not None and threading.get_ident() != self._stepper
+        step = self._burst.handed_step if background and self._burst.handed_step is not None else self.step
+        self._burst.handed_step = None
+        if not background:
+            self._fetch_rng = None  # the next step's batch state is taken after the save: draws around it told apart
+        with self._lock:
+            self.saves += 1
+            ckpt = self._burst.checkpoint = self._unfinished[self.saves] = Checkpoint(self.saves, step)
+        if background:
+            ckpt.background = threading.current_thread().name
+        fields: Dict[str, object] = {"thread": ckpt.background} if background else {}
         if self.journal is not None:
             fields["op"] = self.journal.ops
         self.emit(
             "save-begin",
-            save=self.saves,
-            step=self.step,
+            save=ckpt.index,
+            step=step,
             path=None if path is None else os.path.abspath(path),
             via=via,
-            digest=self._digest(),
+            digest=self._digest_at(step),
             rng=self._rng(),
             **fields,
         )
@@ -290,6 +384,41 @@ class Recorder:
             return fingerprint.exact_digest(self.params())
         except Exception:  # parameters it cannot read (a sharded tensor): the save is still recorded
             return "unavailable"
+
+    def _digest_at(self, step: int) -> str:
+        """The parameters' digest at ``step``: now, or the one the training thread took at its next step (a
+        background save that began after the training stepped on)."""
+        if step == self.step:
+            return self._digest()
+        taken = self._handed_digest
+        return taken[1] if taken is not None and taken[0] == step else "unavailable"
+
+    def handoff(self) -> Handoff:
+        """What a thread or task started now inherits: the checkpoint this thread is saving (its writer threads,
+        an executor's task), and the step its data was taken at. The training thread's next step takes the
+        parameters' digest before it changes them: a save the task makes after it is of that state."""
+        burst = self._burst
+        ckpt = burst.checkpoint if burst.saving else None
+        if ckpt is not None:
+            with self._lock:
+                ckpt.holders += 1
+                ckpt.busy += 1
+        self._digest_due = True
+        return Handoff(ckpt, burst.via, burst.path, self.step)
+
+    def adopt(self, handoff: Handoff) -> None:
+        """This thread (or task) starts on what ``handoff`` gave it."""
+        burst = self._burst
+        burst.checkpoint, burst.handed_step = handoff.checkpoint, handoff.step
+        burst.saving, burst.via, burst.path = handoff.checkpoint is not None, handoff.via, handoff.path
+
+    def task_done(self, handoff: Handoff) -> None:
+        """This thread (or task) ends: the checkpoint it wrote for is no longer its to write."""
+        if handoff.checkpoint is not None:
+            self._busy(handoff.checkpoint, -1)
+        self.close_checkpoint()
+        burst = self._burst
+        burst.saving, burst.via, burst.path, burst.handed_step = False, None, None, None
 
     def _rng(self) -> Dict[str, str]:
         """The streams' states now (a save begins, an RNG restore returned); empty when one cannot be read."""
@@ -312,7 +441,7 @@ class Recorder:
 
         if not ckpt.scans:
             return []
-        scans = ckpt.scans + [checkpoint_content.scan(state) for state in _json_states(ckpt.folders, self._save_began)]
+        scans = ckpt.scans + [checkpoint_content.scan(state) for state in _json_states(ckpt.folders, ckpt.began)]
         return checkpoint_content.findings(checkpoint_content.merge(scans), streams=sorted(self._drawn))
 
     @contextlib.contextmanager
@@ -334,8 +463,9 @@ class Recorder:
 
     def save_end(self, ckpt: "Checkpoint", path: Optional[str], via: str, nbytes: int, writes: int,
                  error: Optional[BaseException], ends: Optional[list] = None) -> None:
-        self.saving = False
-        self.saving_via = self.saving_path = None
+        burst = self._burst
+        burst.saving, burst.via, burst.path = False, None, None
+        self._busy(ckpt, -1)
         if error is not None and ckpt.error is None:
             ckpt.error = _one_line(error)
         if via == MEMORY:
@@ -354,9 +484,24 @@ class Recorder:
         )
 
     def close_checkpoint(self) -> None:
-        """The burst of saves ended (a step began, or the process exits): the checkpoint is complete as written."""
-        ckpt, self.checkpoint = self.checkpoint, None
+        """This thread's part in its checkpoint ended (the training stepped, its task ended, the process exits):
+        once no thread writes it any more, the checkpoint is complete as written."""
+        ckpt, self._burst.checkpoint = self._burst.checkpoint, None
         if ckpt is None:
+            return
+        with self._lock:
+            ckpt.holders -= 1
+            if ckpt.holders > 0 or self._unfinished.pop(ckpt.index, None) is None:
+                return
+        self._finish(ckpt)
+
+    def _finish(self, ckpt: "Checkpoint", unfinished: bool = False) -> None:
+        """``save-end``: the checkpoint's counts and error, what it holds; ``unfinished``: a thread was still
+        writing it when the process exited, so it never landed."""
+        self._unfinished.pop(ckpt.index, None)
+        if unfinished:
+            self.emit("save-end", save=ckpt.index, ok=False, bytes=ckpt.bytes, writes=ckpt.writes, unfinished=True,
+                      error=f"still being written by thread {ckpt.background} when the process exited")
             return
         for tally in ckpt.tallies:
             tally.close_out()
@@ -368,7 +513,7 @@ class Recorder:
         self.emit("save-end", save=ckpt.index, ok=ckpt.error is None, bytes=ckpt.bytes, writes=ckpt.writes,
                   error=ckpt.error, **({"content": content} if content else {}))
         if self.horizon is not None:
-            self.horizon.saved(ckpt.index, self.step, self._save_began)
+            self.horizon.saved(ckpt.index, ckpt.step, ckpt.began)
         fault = self.fault
         if fault is not None and fault.after_save and fault.save == ckpt.index and ckpt.error is None:
             self._halt_pending = {"after_save": True, "step": self.step}
@@ -411,6 +556,7 @@ class Recorder:
         import traceback
 
         frames = traceback.extract_tb(exc.__traceback__)[-30:]
+        self.observed(exc)
         self.close_checkpoint()
         self.emit("uncaught", exc=type(exc).__name__, error=_one_line(exc), step=self.step,
                   frames=[{"file": f.filename, "line": f.lineno, "func": f.name} for f in frames])
@@ -433,8 +579,14 @@ class Recorder:
 class Checkpoint:
     """The checkpoint being written: every save call between two steps, with its bytes and writes counted across them."""
 
-    def __init__(self, index: int) -> None:
+    def __init__(self, index: int, step: int) -> None:
         self.index = index
+        self.step = step  # the step whose state it saves
+        self.began = time.time()
+        self.background: Optional[str] = None  # the thread writing it, when that is not the training thread
+        self.holders = 1  # threads (and tasks) writing it; it ends when the last lets go
+        self.busy = 0  # its save calls and moves in progress
+        self.idle_since = step  # the training step at which its last save call or move returned
         self.bytes = 0
         self.writes = 0
         self.error: Optional[str] = None

@@ -88,7 +88,7 @@ def _install() -> None:
 
     import atexit
 
-    from chaosckpt.agent import faults, fileops, interpose, moves, writers
+    from chaosckpt.agent import faults, fileops, interpose, moves, threads, writers
     from chaosckpt.agent.channel import EventWriter
     from chaosckpt.agent.horizon import Horizon
     from chaosckpt.agent.recorder import Recorder
@@ -100,6 +100,7 @@ def _install() -> None:
     stop = os.environ.get(protocol.ENV_STOP)
     rec = Recorder(EventWriter(run_dir, rank), rank, fault, Horizon(json.loads(stop)) if stop else None)
     interpose.install(rec)
+    threads.install(rec)
     when_imported("torch.distributed.checkpoint", lambda: interpose.install_dcp(rec))
     when_imported("torch.distributed.checkpoint.state_dict", lambda: interpose.install_dcp_state_dict(rec))
     if fault is not None and fault.track is not None:  # every rank journals its files, not just the faulted one

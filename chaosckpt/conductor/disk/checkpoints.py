@@ -39,12 +39,18 @@ def rotation_finding(completed: List[Save], deleted: List[Save], interrupted: Op
     last = completed[-1]
     kept = [s for s in completed if s not in deleted]
     left = f"; the newest left is step {kept[-1].step}" if kept else "; no complete checkpoint was left"
+    if interrupted.thread is not None:
+        when, fix = " still being written in the background", (
+            "wait for the new save to finish (its future's result(), or join its thread) before deleting the "
+            "old one")
+    else:
+        when, fix = "", ("delete old checkpoints only after the new one is complete (with Accelerate's total_limit, "
+                         "rotate after save_state returns, or keep total_limit >= 2 and resume from the newest "
+                         "complete folder)")
     return Finding(
         "rotation-before-complete",
-        f"the job deleted {name(folder(last))} (step {last.step}), its newest complete checkpoint, before "
-        f"checkpoint {interrupted.index} was complete{left}: delete old checkpoints only after the new one is "
-        "complete (with Accelerate's total_limit, rotate after save_state returns, or keep total_limit >= 2 and "
-        "resume from the newest complete folder)",
+        f"the job deleted {name(folder(last))} (step {last.step}), its newest complete checkpoint, while "
+        f"checkpoint {interrupted.index} was{when} and not yet complete{left}: {fix}",
         {"deleted_step": last.step, "path": name(folder(last)), "interrupted_save": interrupted.index},
     )
 

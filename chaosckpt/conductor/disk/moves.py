@@ -26,10 +26,7 @@ def became_copy(proc: Optional[ProcessLog], workdir: Path) -> List[Finding]:
     ran to its end)."""
     if proc is None:
         return []
-    cwd = (proc.hello or {}).get("cwd") or ""
-
-    def name(path: str) -> str:
-        return os.path.relpath(path, cwd) if cwd and path.startswith(cwd + os.sep) else path
+    name = proc.shown
 
     user_tmp = tempfile.gettempdir()
     findings: Dict[str, Finding] = {}

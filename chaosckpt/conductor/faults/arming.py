@@ -64,7 +64,15 @@ def start(kind: protocol.AgentFaultKind, trigger: Trigger, reference: RunLog,
 
 
 def in_save(trigger: Trigger, target: Save) -> Dict:
-    """Where in the save a fault fires: at a byte fraction or a write, of the whole save or of one of its files."""
+    """Where in the save a fault fires: at a byte fraction or a write, of the whole save or of one of its files,
+    and for an asynchronous save how many training steps after it began."""
+    placed = _in_save(trigger, target)
+    if trigger.steps_in_flight is not None:
+        placed["steps_in_flight"] = trigger.steps_in_flight
+    return placed
+
+
+def _in_save(trigger: Trigger, target: Save) -> Dict:
     if trigger.file is not None:
         return placed_in_file(trigger, target)
     if trigger.write is not None:

@@ -12,7 +12,7 @@ from chaosckpt.conductor.runs.runlog import Save
 class Enospc(FaultKind):
     name = "enospc"
     scenario = "enospc"
-    trigger_keys = (*PLACEMENT_KEYS, "fraction", "write", "free_bytes", "file")
+    trigger_keys = (*PLACEMENT_KEYS, "fraction", "write", "free_bytes", "file", "steps_in_flight")
     agent_kind = "enospc"
     sweepable = True
     fills_disk = True

@@ -9,7 +9,7 @@ from chaosckpt.conductor.faults.trigger import PLACEMENT_KEYS
 class Kill(FaultKind):
     name = "kill"
     scenario = "kill9-mid-save"
-    trigger_keys = (*PLACEMENT_KEYS, "fraction", "write", "node", "file")
+    trigger_keys = (*PLACEMENT_KEYS, "fraction", "write", "node", "file", "steps_in_flight")
     sweepable = True
     takes_node = True
     shareable = True

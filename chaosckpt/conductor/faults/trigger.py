@@ -51,6 +51,9 @@ class Trigger:
     """The name of one file of the checkpoint that ``fraction`` / ``write`` count in; else they count
     across all the checkpoint's files."""
     free_bytes: int | None = None
+    steps_in_flight: int | None = None
+    """A save written on a background thread (an asynchronous checkpoint): the fault at its place waits until
+    the training has taken this many steps since the save began."""
     op: int | None = None
     model: str = "ordered"
     rank: int = -1
@@ -78,7 +81,7 @@ class Trigger:
             raise UsageError(f"{where}: trigger.fraction must be a number in [0, 1), got {shown(self.fraction)}")
         if self.file is not None and (not isinstance(self.file, str) or not self.file or "/" in self.file):
             raise UsageError(f"{where}: trigger.file must be a file name such as optimizer.pt, got {shown(self.file)}")
-        for key, least in (("write", 1), ("free_bytes", 0), ("op", 0)):
+        for key, least in (("write", 1), ("free_bytes", 0), ("op", 0), ("steps_in_flight", 0)):
             value = getattr(self, key)
             if value is not None and not whole(value, least):
                 raise UsageError(f"{where}: trigger.{key} must be a whole number >= {least}, got {shown(value)}")

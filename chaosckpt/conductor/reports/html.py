@@ -29,7 +29,7 @@ def timeline(stored: StoredTrial) -> List[str]:
         where = f" after {fault['bytes']} bytes (write {fault['write']})" if fault.get("bytes") is not None else ""
         at = f", at step {fault['step']}" if fault.get("step") is not None else ""
         writing = f", writing {fault['path']}" if fault.get("path") else ""
-        facts.append(f"the fault hit save {fault['save']}{where}{at}{writing}")
+        facts.append(f"the fault hit save {fault['save']}{where}{at}{writing}{_in_flight(fault)}")
     if trial.last_good_step is not None:
         facts.append(f"the last good checkpoint was step {trial.last_good_step}")
     if trial.outcome is not None:
@@ -38,6 +38,18 @@ def timeline(stored: StoredTrial) -> List[str]:
     if trial.first_divergent_step is not None:
         facts.append(f"its trajectory parted from the reference at step {trial.first_divergent_step}")
     return facts
+
+
+def _in_flight(fault: dict) -> str:
+    """Where a fault in an asynchronous save struck: the background thread, and the training going on."""
+    if fault.get("thread") is None:
+        return ""
+    steps = fault.get("steps_in_flight", 0)
+    going = f"{steps} training step{'s' if steps != 1 else ''} after the save began" if steps else (
+        "before the training took another step")
+    noticed = {True: "; the job noticed its error", False: "; the job never noticed its error"}.get(
+        fault.get("noticed"), "")
+    return f", in its background thread {fault['thread']}, {going}{noticed}"
 
 
 def _figure(stored: StoredTrial) -> Optional[Markup]:

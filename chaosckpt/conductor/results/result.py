@@ -61,6 +61,14 @@ class FaultRecord(TypedDict, total=False):
     they load."""
     model: str
     """The crash model a power loss (or a sweep) rebuilt the disk with."""
+    thread: str
+    """The thread that was writing the save when the fault struck, when that was not the training thread (an
+    asynchronous checkpoint)."""
+    steps_in_flight: int
+    """The training steps taken between the start of that background save and the fault."""
+    noticed: bool
+    """The error the fault raised in a background save: whether the job saw it (a future's result raised it, or
+    the job ended on it) or trained on without it."""
     node: int
     """The node the fault struck (multi-node jobs)."""
     rank: Optional[int]

@@ -34,6 +34,10 @@ class Save:
     """``save-move`` events: files moved or copied while it was open."""
     rng: Dict[str, str] = field(default_factory=dict)
     """Fingerprints of the random streams when the checkpoint's first save call began."""
+    thread: Optional[str] = None
+    """The background thread that wrote it (an asynchronous save); None: the training thread."""
+    unfinished: bool = False
+    """A background thread was still writing it when the process exited: it never landed."""
 
     def moved_away(self, path: str) -> bool:
         """Whether the save renamed ``path`` to another name (a temporary file put in place), so that ``path``
@@ -92,6 +96,13 @@ class ProcessLog:
     """Its script ended (the ``exit`` event): a death after this struck the interpreter's shutdown."""
     refused: List[Event] = field(default_factory=list)
     """``refused`` events: writes the system refused with EROFS (a read-only mount: outside the sandbox)."""
+    background_error: Optional[Event] = None
+    """The error a fault raised in a background save, and its ``fate``: observed by the job, or never."""
+
+    def shown(self, path: str) -> str:
+        """``path`` as the user knows it: relative to the process's working directory when inside it."""
+        cwd = (self.hello or {}).get("cwd") or ""
+        return os.path.relpath(path, cwd) if cwd and path.startswith(cwd + os.sep) else path
 
     def first_digest(self) -> Optional[str]:
         return self.steps[0].get("digest") if self.steps else None
@@ -121,13 +132,14 @@ def _process(events: List[Event]) -> ProcessLog:
             log.steps.append(e)
         elif kind == "save-begin":
             save = Save(index=e["save"], step=e["step"], path=e.get("path"), digest=e["digest"], ts=e["ts"],
-                        op=e.get("op"), rng=e.get("rng", {}))
+                        op=e.get("op"), rng=e.get("rng", {}), thread=e.get("thread"))
             by_index[save.index] = save
             log.saves.append(save)
         elif kind == "save-end" and e["save"] in by_index:
             save = by_index[e["save"]]
             save.ok, save.bytes, save.writes, save.error = e["ok"], e["bytes"], e["writes"], e.get("error")
             save.content = e.get("content", [])
+            save.unfinished = bool(e.get("unfinished"))
         elif kind == "save-file" and e["save"] in by_index:
             save = by_index[e["save"]]
             save.files.append(e)
@@ -150,6 +162,9 @@ def _process(events: List[Event]) -> ProcessLog:
             log.uncaught = e
         elif kind == "exit":
             log.ended = True
+            log.background_error = e.get("background_error", log.background_error)
+        elif kind == "background-error":
+            log.background_error = e
         elif kind == "refused":
             log.refused.append(e)
     return log

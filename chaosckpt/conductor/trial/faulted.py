@@ -78,10 +78,12 @@ def caught(ctx: Context, armed: Armed, result: Optional[RunResult], log: RunLog,
         "kind": event["fault"],
         "save": event["save"],
         "step": step,
-        **{k: event[k] for k in ("write", "bytes", "op", "free_bytes") if k in event},
+        **{k: event[k] for k in ("write", "bytes", "op", "free_bytes", "thread", "steps_in_flight") if k in event},
         "path": rel(event.get("path"), armed.work),
         "files": files_after_fault(ctx, proc, armed.work),
     }
+    if proc.background_error is not None:
+        fault["noticed"] = proc.background_error.get("fate") == "observed"
     if not ctx.scenario.kind.needs_aftermath and armed.cut is None:  # a power loss rebuilds the files next
         fault["file_states"] = file_states(ctx, proc, armed.work, armed.file_bytes)
     return Faulted(result, log, proc, step, fault, completed, checkpoints.gone(completed))

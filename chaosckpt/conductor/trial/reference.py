@@ -9,7 +9,7 @@ from chaosckpt.conductor.disk import moves
 from chaosckpt.conductor.results.result import Finding, RunRecord
 from chaosckpt.conductor.runs import cache, confinement, diskspace, exits, horizon, preflight
 from chaosckpt.conductor.runs.runlog import RunLog
-from chaosckpt.conductor.trial import score
+from chaosckpt.conductor.trial import async_saves, score
 from chaosckpt.conductor.trial.context import Context
 from chaosckpt.conductor.trial.options import Stop
 from chaosckpt.conductor.trial.plan import run_stop
@@ -77,5 +77,6 @@ def judged(ref: Reference, workdir: Path) -> Reference:
     """The reference with what its events alone say about the job: what its checkpoints hold, its losses, a
     move of a checkpoint that became a copy."""
     trainer = ref.log.trainer()
-    found = [*score.content_findings(trainer), *score.loss_findings(trainer), *moves.became_copy(trainer, workdir)]
+    found = [*score.content_findings(trainer), *score.loss_findings(trainer), *moves.became_copy(trainer, workdir),
+             *async_saves.unfinished_at_exit(ref.log.saver())]
     return ref._replace(findings=ref.findings + tuple(found))

@@ -41,8 +41,6 @@ def headline(trial: Trial) -> str:
     name = trial.scenario
     if trial.status == "inconclusive":
         return f"INCONCLUSIVE {name}: {REASONS.get(trial.reason, trial.reason)}: {trial.detail}"
-    lg = trial.last_good_step
-    last_good = f"the last good checkpoint was step {lg}" if lg is not None else "no checkpoint had completed"
     verdict = "PASSED" if trial.passed else "FAILED"
     if trial.sweep is not None:
         bad = next((p for p in trial.sweep if p["outcome"] and not p["outcome"].startswith("last-good")), None)
@@ -50,44 +48,61 @@ def headline(trial: Trial) -> str:
         if bad is None:
             return f"{verdict} {name} sweep: {summary}"
         return f"{verdict} {name} sweep: a crash after op {bad['op']} ({bad['operation']}) resumes as {bad['outcome']}; {summary}"
-    outcome = trial.outcome
     lead = cause(trial)
+    if lead is not None and lead.kind in ASYNC_LEADS:
+        return f"{verdict} {name}: {ASYNC_LEADS[lead.kind](lead.details)}; {_story(trial, None)}"
+    return f"{verdict} {name}: {_story(trial, lead)}"
+
+
+ASYNC_LEADS = {
+    "exit-with-save-in-flight": lambda d: (f"the uninterrupted run exited while its checkpoint of step {d['step']} "
+                                           "was still being written in the background, so it never landed"),
+    "background-error-unobserved": lambda d: (f"the job never noticed the error that failed its background save "
+                                              f"and trained {d['steps_after']} more steps"),
+}
+"""Findings about asynchronous saves that lead a failed trial's headline, each in a few words (from its details)."""
+
+
+def _story(trial: Trial, lead) -> str:
+    """What the trial found after its verdict: the lead finding, or where the resume started and how it went."""
+    outcome, lg = trial.outcome, trial.last_good_step
+    last_good = f"the last good checkpoint was step {lg}" if lg is not None else "no checkpoint had completed"
     if lead is not None and lead.kind == "resume-exited":
-        return f"{verdict} {name}: {lead.message}; {_resumed_from(trial)}"
+        return f"{lead.message}; {_resumed_from(trial)}"
     if lead is not None and lead.kind == "acknowledged-checkpoint-lost":
-        return (f"{verdict} {name}: {lead.message}; the checkpoint itself survived and the job resumed from it "
+        return (f"{lead.message}; the checkpoint itself survived and the job resumed from it "
                 f"(step {trial.recovered_step})")
     if lead is not None and lead.kind == "ranks-disagree":
-        return f"{verdict} {name}: {lead.message}; {last_good}"
+        return f"{lead.message}; {last_good}"
     if outcome == "crashed":
         where = f" loading {trial.error_path}" if trial.error_path else ""
-        return f"{verdict} {name}: resume crashed{where} ({describe_error(trial.error or 'no error recorded', trial.error_path is not None)}); {last_good}"
+        return f"resume crashed{where} ({describe_error(trial.error or 'no error recorded', trial.error_path is not None)}); {last_good}"
     if outcome == "survived":
-        if trial.passed:
-            return (f"{verdict} {name}: the job carried on past the fault, matched the uninterrupted run over "
-                    f"{trial.compared_steps} steps, and a later resume still loaded its checkpoint")
         if trial.error:
-            return f"{verdict} {name}: the job carried on past the fault, but a later resume failed ({trial.error})"
-        return (f"{verdict} {name}: the job carried on past the fault but diverged from the uninterrupted run "
+            return f"the job carried on past the fault, but a later resume failed ({trial.error})"
+        if trial.reproduced:
+            return (f"the job carried on past the fault, matched the uninterrupted run over "
+                    f"{trial.compared_steps} steps, and a later resume still loaded its checkpoint")
+        return (f"the job carried on past the fault but diverged from the uninterrupted run "
                 f"at step {trial.first_divergent_step}")
     if outcome == "scratch":
-        return f"{verdict} {name}: the resumed job restarted from scratch; {last_good} ({trial.lost_steps} steps of work lost)"
+        return f"the resumed job restarted from scratch; {last_good} ({trial.lost_steps} steps of work lost)"
     if outcome == "older":
-        return (f"{verdict} {name}: resumed from step {trial.recovered_step}, older than the last good checkpoint "
+        return (f"resumed from step {trial.recovered_step}, older than the last good checkpoint "
                 f"(step {lg}): {trial.lost_steps} steps of work lost")
     if outcome == "unknown-state":
         taken = next((f.message for f in trial.findings if f.kind == "resumed-other-weights" and not f.ignored), None)
-        return (f"{verdict} {name}: the resumed job started from a state no run recorded "
+        return ("the resumed job started from a state no run recorded "
                 f"(neither a saved checkpoint nor the initial model); {last_good}" + (f"; {taken}" if taken else ""))
     start = f"resumed from the last good checkpoint (step {trial.recovered_step})"
     how = "bitwise" if trial.tolerance == 0 else f"within relative tolerance {trial.tolerance:g}"
     if trial.reproduced:
         cut = trial.horizon is not None and trial.compared_steps >= trial.horizon
         span = "following steps up to the horizon" if cut else "following steps"
-        return f"{verdict} {name}: {start} and reproduced {'the' if cut else 'all'} {trial.compared_steps} {span} {how}"
+        return f"{start} and reproduced {'the' if cut else 'all'} {trial.compared_steps} {span} {how}"
     diff = f", largest loss difference {trial.max_loss_diff:.3g}" if trial.max_loss_diff is not None else ""
     why = lead.message if lead is not None and lead.kind in DIVERGENCE_CAUSES else ""
-    return (f"{verdict} {name}: {start} but diverged from the uninterrupted run at step "
+    return (f"{start} but diverged from the uninterrupted run at step "
             f"{trial.first_divergent_step}{diff}" + (f": {why}" if why else ""))
 
 

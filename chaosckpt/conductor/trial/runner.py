@@ -10,10 +10,10 @@ from chaosckpt.conductor.results.result import Trial
 from chaosckpt.conductor.runs import preflight, sandbox
 from chaosckpt.conductor.runs.runlog import ProcessLog
 from chaosckpt.conductor.scenario import Scenario
-from chaosckpt.conductor.trial import assembly, shared
+from chaosckpt.conductor.trial import assembly, async_saves, shared
 from chaosckpt.conductor.trial.aftermath import aftermath
 from chaosckpt.conductor.trial.arm import Armed, arm
-from chaosckpt.conductor.trial.context import Context
+from chaosckpt.conductor.trial.context import Context, rel
 from chaosckpt.conductor.trial.crashpoints import sweep_save
 from chaosckpt.conductor.trial.faulted import Faulted, faulted
 from chaosckpt.conductor.trial.options import Stop, TrialOptions
@@ -64,12 +64,13 @@ class TrialRunner:
         steps.aftermath = aftermath(ctx, armed, run)
         if steps.aftermath is not None:
             steps.faulted = run = steps.aftermath.applied(run)
+        unobserved = async_saves.unobserved_error(run.proc, lambda p: rel(p, armed.work) or p)
         if run.carried_on:
-            steps.measured = survived(ctx, ref_log.trainer(), run)
+            steps.measured = survived(ctx, ref_log.trainer(), run).found(*unobserved)
             steps.measured = later_resume(ctx, armed, steps.measured)
             return survivor_met(ctx, steps.measured)
         scored = score_trial(ctx, ref_log, armed, run, resume(ctx, armed, ref_log))
-        steps.measured = scored.measured
+        steps.measured = scored.measured.found(*unobserved)
         return met(ctx, scored)
 
     def _sweep(self, ref: ProcessLog, armed: Armed, run: Faulted) -> bool:

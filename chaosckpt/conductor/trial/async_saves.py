@@ -1,0 +1,51 @@
+"""Findings about saves that overlap training (asynchronous checkpoints): a save still being written when the
+job exited, and an error in a background save the job never looked at."""
+
+from __future__ import annotations
+
+from typing import Callable, List, Optional
+
+from chaosckpt.conductor.results.result import Finding
+from chaosckpt.conductor.runs.runlog import ProcessLog
+
+WAIT_FOR_IT = ("wait for every save before the process exits: join the saving thread, or call result() on the "
+               "future the save returned (DCP's async_save: its future, or upload_completion; Lightning: "
+               "trainer.strategy.checkpoint_io.teardown())")
+
+
+def unfinished_at_exit(saver: Optional[ProcessLog]) -> List[Finding]:
+    """The uninterrupted run exited normally while a background thread was still writing a checkpoint: its
+    final checkpoint never landed, whatever the faults do."""
+    if saver is None:
+        return []
+    found = []
+    for save in (s for s in saver.saves if s.unfinished):
+        where = f" ({saver.shown(save.path)})" if save.path is not None else ""
+        found.append(Finding(
+            "exit-with-save-in-flight",
+            f"the uninterrupted run exited while thread {save.thread} was still writing checkpoint {save.index} "
+            f"of step {save.step}{where}: that checkpoint never landed, and a resume finds an older one or a "
+            f"torn file; {WAIT_FOR_IT}",
+            {"save": save.index, "step": save.step, "thread": save.thread, "path": saver.shown(save.path or "")},
+        ))
+    return found
+
+
+def unobserved_error(proc: ProcessLog, name: Callable[[str], str]) -> List[Finding]:
+    """The fault's error in a background save never reached the job: it trained on, believing the checkpoint
+    existed."""
+    fate = proc.background_error
+    if fate is None or fate.get("fate") != "unobserved" or proc.fault is None:
+        return []
+    fault = proc.fault
+    after = sum(1 for s in proc.steps if s["ts"] > fault["ts"])
+    writing = f", writing {name(fault['path'])}" if fault.get("path") else ""
+    return [Finding(
+        "background-error-unobserved",
+        f"{fate['error']} in checkpoint {fault['save']}'s background save (thread {fault.get('thread')}{writing}) "
+        f"never reached the training: no future's result() raised it and the job did not end on it; it trained "
+        f"{after} more step{'s' if after != 1 else ''} believing that checkpoint existed. Keep the save's future "
+        "(or the thread's exception) and check it before the next save and before exiting: future.result() "
+        "raises it",
+        {"save": fault["save"], "thread": fault.get("thread"), "steps_after": after, "error": fate["error"]},
+    )]

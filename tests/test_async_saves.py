@@ -1,0 +1,163 @@
+"""Saves that overlap training: a checkpoint written on a background thread is that thread's until its work
+ends, its step the one its state was taken at; what the agent reports of it (events, faults, its error's fate)
+and the findings the conductor draws from them."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import torch
+
+from chaosckpt import protocol
+from chaosckpt.agent import threads
+from chaosckpt.conductor.runs.runlog import _process
+from chaosckpt.conductor.trial import async_saves
+from tests.test_checkpoint_burst import _job, _save, _step
+
+
+def _background(rec, work):
+    """Run ``work`` on a thread as the agent's patched ``Thread.start`` does: handed the step it starts at."""
+    handoff = rec.handoff()
+    thread = threading.Thread(target=threads._carried, args=(rec, handoff, work), name="saver")
+    thread.start()
+    return thread
+
+
+def _steps_until(rec, opt, done, limit=2000):
+    """Training steps on this thread until ``done()`` (the saver reached its point)."""
+    for _ in range(limit):
+        if done():
+            return
+        _step(rec, opt)
+        time.sleep(0.001)
+    raise AssertionError("the background save never got there")
+
+
+def test_a_background_save_stays_one_checkpoint_across_training_steps(tmp_path):
+    """The thread's rename, made after the training stepped on, is its checkpoint's; the checkpoint's step is
+    the step the thread was handed its state at, and it ends when the thread's work does."""
+    events, rec, model, opt = _job()
+    for _ in range(3):
+        _step(rec, opt)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    tmp, last = str(tmp_path / "last.pt.tmp"), str(tmp_path / "last.pt")
+    saved, go_on = threading.Event(), threading.Event()
+
+    def write():
+        _save(rec, state, tmp)
+        saved.set()
+        go_on.wait(10)
+        rec.begin_move({"how": "rename", "src": tmp, "dst": last})
+        os.replace(tmp, last)
+        rec.emit("save-move", save=rec.checkpoint.index, how="rename", src=tmp, dst=last, ok=True)
+        rec.end_move()
+
+    thread = _background(rec, write)
+    _steps_until(rec, opt, saved.is_set)
+    _step(rec, opt)
+    go_on.set()
+    thread.join()
+    log = _process(events.events)
+    (save,) = log.saves
+    assert (save.step, save.thread, save.ok) == (3, "saver", True)
+    assert [m["dst"] for m in save.moves] == [last]
+    kinds = events.kinds()
+    begin, move, end = kinds.index("save-begin"), kinds.index("save-move"), kinds.index("save-end")
+    assert begin < move < end and "step" in kinds[begin:move]
+
+
+def test_a_save_still_written_at_exit_is_unfinished_and_the_reference_finds_it(tmp_path):
+    events, rec, model, opt = _job()
+    _step(rec, opt)
+    writing, stop = threading.Event(), threading.Event()
+
+    def write():
+        with rec.recording_save(str(tmp_path / "last.pt"), "path", {"w": torch.zeros(2)}):
+            writing.set()
+            stop.wait(10)
+
+    thread = _background(rec, write)
+    writing.wait(10)
+    rec.at_exit()
+    stop.set()
+    thread.join()
+    ends = [e for e in events.events if e["t"] == "save-end"]
+    assert ends[0]["unfinished"] and not ends[0]["ok"]
+    log = _process(events.events)
+    log.hello = {"cwd": str(tmp_path)}
+    (finding,) = async_saves.unfinished_at_exit(log)
+    assert finding.kind == "exit-with-save-in-flight" and protocol.SEVERITY[finding.kind] == "error"
+    assert finding.details == {"save": 1, "step": 1, "thread": "saver", "path": "last.pt"}
+
+
+def test_a_background_save_that_ended_before_the_exit_is_complete(tmp_path):
+    events, rec, model, opt = _job()
+    _step(rec, opt)
+    _background(rec, lambda: _save(rec, {"w": torch.zeros(2)}, str(tmp_path / "last.pt"))).join()
+    rec.at_exit()
+    ends = [e for e in events.events if e["t"] == "save-end"]
+    assert len(ends) == 1 and ends[0]["ok"] and "unfinished" not in ends[0]
+    assert async_saves.unfinished_at_exit(_process(events.events)) == []
+
+
+def test_a_fault_with_steps_in_flight_waits_for_the_training_to_step(tmp_path):
+    events, rec, model, opt = _job({"v": 1, "kind": "enospc", "save": 1, "at_write": 1, "steps_in_flight": 3})
+    _step(rec, opt)
+    raised = []
+
+    def write():
+        try:
+            _save(rec, {"w": torch.zeros(64)}, str(tmp_path / "last.pt"))
+        except OSError as exc:
+            raised.append(exc)
+
+    thread = _background(rec, write)
+    _steps_until(rec, opt, lambda: bool(raised))
+    thread.join()
+    (fault,) = [e for e in events.events if e["t"] == "fault"]
+    assert fault["thread"] == "saver" and fault["steps_in_flight"] >= 3
+    assert fault["training_step"] - fault["steps_in_flight"] == 1
+
+
+def test_a_background_error_a_future_raises_is_observed_and_one_never_raised_is_not(tmp_path):
+    for look in (True, False):
+        events, rec, model, opt = _job({"v": 1, "kind": "enospc", "save": 1, "at_write": 1})
+        _step(rec, opt)
+        errors = []
+
+        def write():
+            try:
+                _save(rec, {"w": torch.zeros(8)}, str(tmp_path / "last.pt"))
+            except OSError as exc:
+                errors.append(exc)
+
+        _background(rec, write).join()
+        if look:
+            try:
+                raise RuntimeError("the save failed") from errors[0]
+            except RuntimeError as exc:
+                rec.observed(exc)
+        for _ in range(4):
+            _step(rec, opt)
+        rec.at_exit()
+        log = _process(events.events)
+        assert log.background_error["fate"] == ("observed" if look else "unobserved")
+        found = async_saves.unobserved_error(log, lambda p: os.path.basename(p))
+        if look:
+            assert found == []
+        else:
+            (finding,) = found
+            assert finding.details["steps_after"] == 4 and finding.details["thread"] == "saver"
+            assert "No space left on device" in finding.message and "last.pt" in finding.message
+
+
+def test_a_save_on_the_training_thread_still_ends_at_its_next_step(tmp_path):
+    events, rec, model, opt = _job()
+    _step(rec, opt)
+    _save(rec, model.state_dict(), str(tmp_path / "a.pt"))
+    _step(rec, opt)
+    kinds = events.kinds()
+    assert kinds.index("save-end") < kinds.index("step", kinds.index("save-begin"))
+    assert "thread" not in events.events[kinds.index("save-begin")]
