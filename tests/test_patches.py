@@ -41,6 +41,7 @@ def _states(tmp_path):
         "dcp": rec,
         "dcp-state-dict": rec,
         "safetensors": rec,
+        "threads": rec,
     }
 
 

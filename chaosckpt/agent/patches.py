@@ -27,6 +27,7 @@ LAYERS: Tuple[str, ...] = (
     "dcp",
     "dcp-state-dict",
     "safetensors",
+    "threads",
 )
 """The layers, innermost first: where two patch one attribute, the later one wraps the earlier."""
 
@@ -106,10 +107,15 @@ TABLE: Tuple[Patch, ...] = (
     Patch("sampler", "torch.utils.data.dataloader._BaseDataLoaderIter", "_next_index", "sampler.next_index"),
     Patch("skew", "torch.utils.data.DistributedSampler", "set_epoch", "sampler.skewed_set_epoch"),
     Patch("dcp", "torch.distributed.checkpoint", "save", "interpose.dcp_save"),
+    Patch("dcp", "torch.distributed.checkpoint.state_dict_saver", "save", "interpose.dcp_save"),
     Patch("dcp", "torch.distributed.checkpoint", "load", "interpose.dcp_load"),
     Patch("dcp-state-dict", "torch.distributed.checkpoint.state_dict", "_init_optim_state",
           "interpose.hidden_step"),
     Patch("safetensors", "safetensors.torch", "save_file", "interpose.safetensors_save_file"),
+    Patch("threads", "threading.Thread", "start", "threads.thread_start"),
+    Patch("threads", "concurrent.futures.ThreadPoolExecutor", "submit", "threads.executor_submit"),
+    Patch("threads", "concurrent.futures.Future", "result", "threads.future_result"),
+    Patch("threads", "concurrent.futures.Future", "exception", "threads.future_exception"),
 )
 
 

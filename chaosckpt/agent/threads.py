@@ -13,6 +13,8 @@ import concurrent.futures
 import threading
 from typing import Any, Callable, Dict, NamedTuple, Optional
 
+from chaosckpt.agent import patches
+
 
 class Burst(threading.local):
     """One thread's part in a checkpoint: the checkpoint it writes for and the save call or move it is in."""
@@ -36,37 +38,44 @@ class Handoff(NamedTuple):
 
 def install(rec: Any) -> None:
     """Carry the save a thread or task is started from into it, and hear the job look at a future's error."""
-    start = threading.Thread.start
+    patches.install("threads", rec)
 
-    def start_thread(self: threading.Thread) -> None:
+
+def thread_start(rec: Any, original: Callable) -> Callable:
+    def start(self: threading.Thread) -> None:
         handoff, run = rec.handoff(), self.run
-        self.run = lambda: _carried(rec, handoff, run)  # type: ignore[method-assign]
-        start(self)
+        self.run = lambda: _carried(rec, handoff, run)
+        original(self)
 
-    submit = concurrent.futures.ThreadPoolExecutor.submit
+    return start
 
-    def submit_task(self: concurrent.futures.ThreadPoolExecutor, fn: Callable, /, *args: Any, **kwargs: Any):
+
+def executor_submit(rec: Any, original: Callable) -> Callable:
+    def submit(self: concurrent.futures.Executor, fn: Callable, /, *args: Any, **kwargs: Any) -> Any:
         handoff = rec.handoff()
-        return submit(self, lambda: _carried(rec, handoff, fn, *args, **kwargs))
+        return original(self, lambda: _carried(rec, handoff, fn, *args, **kwargs))
 
-    result, exception = concurrent.futures.Future.result, concurrent.futures.Future.exception
+    return submit
 
-    def future_result(self: concurrent.futures.Future, timeout: Optional[float] = None) -> Any:
+
+def future_result(rec: Any, original: Callable) -> Callable:
+    def result(self: concurrent.futures.Future, timeout: Optional[float] = None) -> Any:
         try:
-            return result(self, timeout)
+            return original(self, timeout)
         except BaseException as exc:
             rec.guarded(rec.observed, exc)
             raise
 
-    def future_exception(self: concurrent.futures.Future, timeout: Optional[float] = None) -> Optional[BaseException]:
-        exc = exception(self, timeout)
+    return result
+
+
+def future_exception(rec: Any, original: Callable) -> Callable:
+    def exception(self: concurrent.futures.Future, timeout: Optional[float] = None) -> Optional[BaseException]:
+        exc = original(self, timeout)
         rec.guarded(rec.observed, exc)
         return exc
 
-    threading.Thread.start = start_thread  # type: ignore[method-assign]
-    concurrent.futures.ThreadPoolExecutor.submit = submit_task  # type: ignore[method-assign]
-    concurrent.futures.Future.result = future_result  # type: ignore[method-assign]
-    concurrent.futures.Future.exception = future_exception  # type: ignore[method-assign]
+    return exception
 
 
 def _carried(rec: Any, handoff: Handoff, fn: Callable, *args: Any, **kwargs: Any) -> Any:

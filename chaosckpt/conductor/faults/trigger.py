@@ -9,8 +9,9 @@ from chaosckpt.conductor.errors import UsageError, shown
 PLACEMENT_KEYS = ("save", "step", "after")
 """Which save a fault concerns: its number (negative: counted from the reference's end), the first save
 at or after a step, or the first save at or after a wall-clock time into the run."""
-OPTIONAL_KEYS = ("node", "file")
-"""Trigger keys left out of a scenario's parameters when not given (multi-node jobs; one file of a checkpoint)."""
+OPTIONAL_KEYS = ("node", "file", "steps_in_flight")
+"""Trigger keys left out of a scenario's parameters when not given (multi-node jobs; one file of a checkpoint; the steps
+a background save's fault waits for)."""
 
 
 def whole(value: object, least: int) -> bool:

@@ -51,11 +51,11 @@ DISK = "disk.json"
 def shareable(scenario: Scenario, nproc: int) -> Optional[int]:
     """The save a trial faults, when its faulted run can be rebuilt from a shared one: a single-process
     SIGKILL at a byte fraction or a write, or a power loss, or a sweep of either, in a save named by its
-    number; None otherwise."""
+    number; None otherwise (a fault that waits for training steps needs the job running on)."""
     trigger = scenario.trigger
     if not scenario.kind.shareable or nproc != 1:
         return None
-    if any(getattr(trigger, key, None) is not None for key in ("step", "after")) or trigger.save < 1:
+    if any(getattr(trigger, key, None) is not None for key in ("step", "after", "steps_in_flight")) or trigger.save < 1:
         return None
     return trigger.save
 
