@@ -173,7 +173,7 @@ def _save_into_memory(rec: Recorder, original: Callable, obj: Any, f: io.BytesIO
         original(obj, f, *args, **kwargs)
         with f.getbuffer() as view:
             head = bytes(view[start:start + PAYLOAD_HEAD])
-        save.checkpoint.payloads.append(Payload(head, save.checkpoint.whole))
+        rec.serialized(save.checkpoint, Payload(head, save.checkpoint.whole))
 
 
 def torch_load(hooks: Hooks, original: Callable) -> Callable:

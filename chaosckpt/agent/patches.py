@@ -114,6 +114,7 @@ TABLE: Tuple[Patch, ...] = (
     Patch("safetensors", "safetensors.torch", "save_file", "interpose.safetensors_save_file"),
     Patch("threads", "threading.Thread", "start", "threads.thread_start"),
     Patch("threads", "concurrent.futures.ThreadPoolExecutor", "submit", "threads.executor_submit"),
+    Patch("threads", "queue.Queue", "get", "threads.queue_get"),
     Patch("threads", "concurrent.futures.Future", "result", "threads.future_result"),
     Patch("threads", "concurrent.futures.Future", "exception", "threads.future_exception"),
 )

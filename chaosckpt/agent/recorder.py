@@ -55,6 +55,9 @@ class Recorder:
         self._sample_next = False  # a checkpoint's tensor sets were loaded: the next step samples each parameter
         self._burst = Burst()  # this thread's part in a checkpoint: the one it writes for, the save call it is in
         self._unfinished: Dict[int, Checkpoint] = {}  # begun, and still held by a thread writing it
+        self.awaiting: List[Checkpoint] = []  # serialized into memory, its bytes not yet written to a file
+        self._queued: Dict[int, int] = {}  # executor tasks handed work at a step and not yet ended, by step
+        self._by_step: Dict[int, Checkpoint] = {}  # unfinished background checkpoints, by the step they save
         self._lock = threading.Lock()
         self._stepper: Optional[int] = None  # the thread that steps the primary optimizer: the training loop's
         self.hidden_steps = 0  # inside get_state_dict's optimizer state initialisation: its step is no training step
@@ -151,9 +154,16 @@ class Recorder:
         if self.enabled:
             self.guarded(self.close_checkpoint)
             for ckpt in list(self._unfinished.values()):
-                self.guarded(self._finish, ckpt, ckpt.busy > 0 or ckpt.idle_since == self.step)
+                self.guarded(self._finish, ckpt, self._in_flight_at_exit(ckpt))
+            self.awaiting.clear()
         self.fire_pending()
         self.emit("exit", step=self.step, **self._error_fate("unobserved"))
+
+    def _in_flight_at_exit(self, ckpt: "Checkpoint") -> bool:
+        """Whether ``ckpt``, unfinished at the exit, was still being written: a thread holds it inside a save call
+        or with no step since its last, or its bytes serialized into memory at this step were never written."""
+        recent = ckpt.idle_since == self.step
+        return ckpt.holders > 0 and (ckpt.busy > 0 or recent) or ckpt in self.awaiting and recent
 
     def _error_fate(self, fate: str) -> Dict[str, object]:
         """The error a fault raised in a background save, the first time its fate is known: ``observed`` (a
@@ -250,6 +260,8 @@ class Recorder:
         if self.horizon is not None and self.horizon.due(self.step):
             faults.halt(self.writer, event="stop", flag=protocol.STOP_FLAG_PREFIX, step=self.step)
         self.step += 1
+        for kept in [c for c in self._by_step.values() if not c.holders]:
+            self.guarded(self._let_go, kept)  # the training stepped on: nothing more is handed over for its step
         self.guarded(self._record_step, optimizer)
 
     def on_step_end(self, optimizer: torch.optim.Optimizer) -> None:
@@ -349,6 +361,12 @@ class Recorder:
         background = self._stepper is not None and threading.get_ident() != self._stepper
         step = self._burst.handed_step if background and self._burst.handed_step is not None else self.step
         self._burst.handed_step = None
+        with self._lock:
+            joined = self._by_step.get(step) if background else None
+            if joined is not None:  # another task handed work at the same step: one checkpoint, as between steps
+                joined.holders += 1
+                self._burst.checkpoint = joined
+                return joined
         if not background:
             self._fetch_rng = None  # the next step's batch state is taken after the save: draws around it told apart
         with self._lock:
@@ -356,6 +374,7 @@ class Recorder:
             ckpt = self._burst.checkpoint = self._unfinished[self.saves] = Checkpoint(self.saves, step)
         if background:
             ckpt.background = threading.current_thread().name
+            self._by_step[step] = ckpt
         fields: Dict[str, object] = {"thread": ckpt.background} if background else {}
         if self.journal is not None:
             fields["op"] = self.journal.ops
@@ -393,18 +412,20 @@ class Recorder:
         taken = self._handed_digest
         return taken[1] if taken is not None and taken[0] == step else "unavailable"
 
-    def handoff(self) -> Handoff:
+    def handoff(self, task: bool = False) -> Handoff:
         """What a thread or task started now inherits: the checkpoint this thread is saving (its writer threads,
         an executor's task), and the step its data was taken at. The training thread's next step takes the
         parameters' digest before it changes them: a save the task makes after it is of that state."""
         burst = self._burst
         ckpt = burst.checkpoint if burst.saving else None
-        if ckpt is not None:
-            with self._lock:
+        with self._lock:
+            if ckpt is not None:
                 ckpt.holders += 1
                 ckpt.busy += 1
+            if task:
+                self._queued[self.step] = self._queued.get(self.step, 0) + 1
         self._digest_due = True
-        return Handoff(ckpt, burst.via, burst.path, self.step)
+        return Handoff(ckpt, burst.via, burst.path, self.step, task)
 
     def adopt(self, handoff: Handoff) -> None:
         """This thread (or task) starts on what ``handoff`` gave it."""
@@ -416,9 +437,16 @@ class Recorder:
         """This thread (or task) ends: the checkpoint it wrote for is no longer its to write."""
         if handoff.checkpoint is not None:
             self._busy(handoff.checkpoint, -1)
+        with self._lock:
+            queued = self._queued.pop(handoff.step, 1) - 1 if handoff.task else 0
+            if queued:
+                self._queued[handoff.step] = queued
         self.close_checkpoint()
         burst = self._burst
         burst.saving, burst.via, burst.path, burst.handed_step = False, None, None, None
+        kept = self._by_step.get(handoff.step) if handoff.task and not queued else None
+        if kept is not None and not kept.holders:
+            self._let_go(kept)
 
     def _rng(self) -> Dict[str, str]:
         """The streams' states now (a save begins, an RNG restore returned); empty when one cannot be read."""
@@ -491,17 +519,78 @@ class Recorder:
             return
         with self._lock:
             ckpt.holders -= 1
-            if ckpt.holders > 0 or self._unfinished.pop(ckpt.index, None) is None:
+            if ckpt.holders > 0:
                 return
+        self._let_go(ckpt)
+
+    def _let_go(self, ckpt: "Checkpoint") -> None:
+        """No thread writes ``ckpt`` now: it is complete, unless a file may yet carry its bytes serialized into
+        memory, or a task handed work at its step may yet add to it (Lightning's two files, handed over one after
+        the other before the training's next step)."""
+        with self._lock:
+            if ckpt in self.awaiting or ckpt.background is not None and (
+                    self._queued.get(ckpt.step) or ckpt.step == self.step):
+                return
+            if self._unfinished.pop(ckpt.index, None) is None:
+                return
+            if self._by_step.get(ckpt.step) is ckpt:
+                del self._by_step[ckpt.step]
         self._finish(ckpt)
+
+    def serialized(self, ckpt: "Checkpoint", payload: "Payload") -> None:
+        """A save call of ``ckpt`` serialized it into memory: a file write on any thread may carry its bytes."""
+        with self._lock:
+            ckpt.payloads.append(payload)
+            if ckpt in self.awaiting:
+                return
+            self.awaiting.append(ckpt)
+            oldest = self.awaiting.pop(0) if len(self.awaiting) > AWAITING_LIMIT else None
+            if oldest is None or oldest.holders > 0 or self._unfinished.pop(oldest.index, None) is None:
+                return
+        self._finish(oldest)  # never written to a file: complete as the memory it went to
+
+    def carried(self, ckpt: "Checkpoint") -> None:
+        """A file this thread writes carries ``ckpt``'s bytes serialized into memory: the file is part of it, and
+        when another thread serialized them, the checkpoint is this thread's to write too."""
+        with self._lock:
+            if ckpt in self.awaiting:
+                self.awaiting.remove(ckpt)
+        if ckpt is not self.checkpoint:
+            self.carry(ckpt)
+
+    def carry(self, ckpt: "Checkpoint") -> None:
+        """This thread writes the bytes another thread serialized into memory for ``ckpt`` (a saver thread handed
+        them): the checkpoint is this thread's to write until it waits for more work or ends."""
+        with self._lock:
+            ckpt.holders += 1
+            ckpt.busy += 1
+        self.idle()
+        self._burst.checkpoint, self._burst.carrying = ckpt, True
+        if ckpt.background is None and self._stepper is not None and threading.get_ident() != self._stepper:
+            ckpt.background = threading.current_thread().name
+            self.emit("save-thread", save=ckpt.index, thread=ckpt.background)
+
+    def idle(self) -> None:
+        """A thread other than the training thread waits for more work (``queue.Queue.get``): the checkpoint it
+        was writing, its work done, is no longer its to write."""
+        burst = self._burst
+        if burst.checkpoint is None or burst.saving or burst.moving is not None or (
+                threading.get_ident() == self._stepper):
+            return
+        if burst.carrying:
+            burst.carrying = False
+            self._busy(burst.checkpoint, -1)
+        self.close_checkpoint()
 
     def _finish(self, ckpt: "Checkpoint", unfinished: bool = False) -> None:
         """``save-end``: the checkpoint's counts and error, what it holds; ``unfinished``: a thread was still
         writing it when the process exited, so it never landed."""
         self._unfinished.pop(ckpt.index, None)
+        if self._by_step.get(ckpt.step) is ckpt:
+            del self._by_step[ckpt.step]
         if unfinished:
             self.emit("save-end", save=ckpt.index, ok=False, bytes=ckpt.bytes, writes=ckpt.writes, unfinished=True,
-                      error=f"still being written by thread {ckpt.background} when the process exited")
+                      error="still being written in the background when the process exited")
             return
         for tally in ckpt.tallies:
             tally.close_out()
@@ -596,6 +685,10 @@ class Checkpoint:
         self.tallies: List[Any] = []  # files the job opened into it (``writers.FileTally``)
         self.payloads: List[Payload] = []  # its save calls into memory, whose bytes a file write may carry
 
+
+AWAITING_LIMIT = 4
+"""Checkpoints serialized into memory whose bytes a file write may still carry, at most (a job that serializes
+its state every step and never writes it keeps the latest)."""
 
 MEMORY = "memory"
 """The ``via`` of a save call into an in-memory buffer (``io.BytesIO``): no file system sees its bytes."""

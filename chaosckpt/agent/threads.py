@@ -4,7 +4,8 @@ a background save's error.
 A checkpoint belongs to the thread that writes it (``Burst``). A thread started, or a task submitted, from inside
 a save call writes for that save (DCP's writer threads); any other is handed the step at which it was given its
 data, which is the step an asynchronous save it makes snapshots. Its checkpoint ends when the thread or the task
-does. A future's ``result()`` or ``exception()`` that returns a background save's fault is the job noticing it.
+does, or when the thread waits for more work (``queue.Queue.get``). A thread that writes the bytes another
+thread serialized into memory for a checkpoint (a saver handed them) writes for that checkpoint. A future's ``result()`` or ``exception()`` that returns a background save's fault is the job noticing it.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ class Burst(threading.local):
     path: Optional[str] = None
     moving: Optional[Dict[str, str]] = None
     handed_step: Optional[int] = None  # the step at which this thread (or task) was handed its work
+    carrying = False  # it writes bytes another thread serialized into memory for its checkpoint
 
 
 class Handoff(NamedTuple):
@@ -34,6 +36,7 @@ class Handoff(NamedTuple):
     via: Optional[str]
     path: Optional[str]
     step: int
+    task: bool  # an executor's task (its checkpoint may be shared with the others handed work at its step)
 
 
 def install(rec: Any) -> None:
@@ -52,10 +55,19 @@ def thread_start(rec: Any, original: Callable) -> Callable:
 
 def executor_submit(rec: Any, original: Callable) -> Callable:
     def submit(self: concurrent.futures.Executor, fn: Callable, /, *args: Any, **kwargs: Any) -> Any:
-        handoff = rec.handoff()
+        handoff = rec.handoff(task=True)
         return original(self, lambda: _carried(rec, handoff, fn, *args, **kwargs))
 
     return submit
+
+
+def queue_get(rec: Any, original: Callable) -> Callable:
+    def get(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if rec._burst.checkpoint is not None:
+            rec.guarded(rec.idle)
+        return original(self, *args, **kwargs)
+
+    return get
 
 
 def future_result(rec: Any, original: Callable) -> Callable:

@@ -56,8 +56,11 @@ class FileTally:
         self.ends: Optional[list] = [] if fault is not None and fault.write_ends else None
 
     def live(self) -> bool:
-        """Whether its writes still count: its checkpoint is still the open one, and the file is part of it."""
-        return self.checkpoint is self.rec.checkpoint and not self.foreign
+        """Whether its writes still count: its checkpoint is still the open one (or, before its first write, one
+        whose bytes serialized into memory a file may yet carry), and the file is part of it."""
+        if self.foreign:
+            return False
+        return self.checkpoint is self.rec.checkpoint or self.undecided and self.checkpoint in self.rec.awaiting
 
     def _recognise(self, data: Optional[memoryview]) -> None:
         """At the first write: whether the file carries a checkpoint serialized into memory (the write begins with
@@ -70,6 +73,8 @@ class FileTally:
                 self.payload = payload
                 break
         self.foreign = self.carrier and self.payload is None
+        if self.payload is not None:
+            self.rec.carried(self.checkpoint)
         if self.payload is not None and self.path is not None:
             folder = os.path.dirname(self.path)
             if folder != os.path.abspath(tempfile.gettempdir()):
@@ -232,7 +237,7 @@ def opened_into(rec: Recorder, path: Any) -> Tuple[Optional[Checkpoint], bool]:
     ckpt = counts_into(rec, path)
     if ckpt is not None:
         return ckpt, False
-    ckpt = rec.checkpoint
+    ckpt = rec.checkpoint or (rec.awaiting[-1] if rec.awaiting else None)
     if ckpt is None or not ckpt.payloads or not rec.enabled or rec.saving:
         return None, False
     return ckpt, True
@@ -282,7 +287,7 @@ def counted_open(counter: Counter, inner_open: Callable) -> Callable:
     rec = counter.rec
 
     def open_(file, mode="r", buffering=-1, encoding=None, errors=None, newline=None, closefd=True, opener=None):
-        if rec.checkpoint is None or not any(c in mode for c in "wax+"):
+        if rec.checkpoint is None and not rec.awaiting or not any(c in mode for c in "wax+"):
             return inner_open(file, mode, buffering, encoding, errors, newline, closefd, opener)
         binary = "b" in mode
         odd = buffering == 1 and binary or buffering == 0 and not binary or binary and (encoding or errors or newline)
@@ -302,7 +307,8 @@ def counted_os_open(counter: Counter, original: Callable) -> Callable:
 
     def open_(path, flags, mode=0o777, *, dir_fd=None):
         fd = original(path, flags, mode, dir_fd=dir_fd)
-        full = None if rec.checkpoint is None or not flags & _WRITE_FLAGS else fileops.resolve(path, dir_fd)
+        full = None if rec.checkpoint is None and not rec.awaiting or not flags & _WRITE_FLAGS else (
+            fileops.resolve(path, dir_fd))
         ckpt, carrier = (None, False) if full is None else opened_into(rec, full)
         if ckpt is not None:
             counter.track(ckpt, full, fd, carrier)

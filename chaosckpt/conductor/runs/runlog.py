@@ -144,6 +144,8 @@ def _process(events: List[Event]) -> ProcessLog:
             save = by_index[e["save"]]
             save.files.append(e)
             save.ends = e.get("ends") if len(save.files) == 1 else None  # a shared run rebuilds one-file checkpoints
+        elif kind == "save-thread" and e["save"] in by_index:
+            by_index[e["save"]].thread = e["thread"]
         elif kind == "save-move" and e["save"] in by_index:
             by_index[e["save"]].moves.append(e)
         elif kind == "load":

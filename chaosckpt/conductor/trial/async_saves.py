@@ -21,10 +21,11 @@ def unfinished_at_exit(saver: Optional[ProcessLog]) -> List[Finding]:
     found = []
     for save in (s for s in saver.saves if s.unfinished):
         where = f" ({saver.shown(save.path)})" if save.path is not None else ""
+        by = f" by thread {save.thread}" if save.thread is not None else ""
         found.append(Finding(
             "exit-with-save-in-flight",
-            f"the uninterrupted run exited while thread {save.thread} was still writing checkpoint {save.index} "
-            f"of step {save.step}{where}: that checkpoint never landed, and a resume finds an older one or a "
+            f"the uninterrupted run exited while checkpoint {save.index} of step {save.step}{where} was still being "
+            f"written in the background{by}: that checkpoint never landed, and a resume finds an older one or a "
             f"torn file; {WAIT_FOR_IT}",
             {"save": save.index, "step": save.step, "thread": save.thread, "path": saver.shown(save.path or "")},
         ))
