@@ -56,6 +56,8 @@ JOBS = {
     "lightning_train": Job("examples/lightning_train.py", "examples/lightning_train.py", ("--epochs", "3")),
     "train_job": Job("tests/jobs/train_job.py", "tests/jobs/train_job.py", ("--epochs", "3")),
     "lightning_job": Job("tests/jobs/lightning_job.py", "tests/jobs/lightning_job.py", ("--epochs", "3")),
+    "lightning_async_job": Job("tests/jobs/lightning_async_job.py", "tests/jobs/lightning_async_job.py",
+                               ("--epochs", "3")),
     "ddp_job": Job("tests/jobs/ddp_job.py (2 ranks)", "tests/jobs/ddp_job.py", (), nproc=2),
     "place_job": Job("tests/jobs/place_job.py", "tests/jobs/place_job.py", ()),
     "writers_job": Job("tests/jobs/writers_job.py", "tests/jobs/writers_job.py", ()),
@@ -144,6 +146,20 @@ ROWS: List[Tuple[str, str, str, str, str]] = [
      "Lightning keeps the mode a module is in (checked: it trained in eval mode); its loader's generator is not "
      "saved either"),
     ("lightning_job", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
+    ("lightning_async_job", "kill9-mid-save", "FAILED", "older",
+     "AsyncCheckpointIO: the worker thread writes epoch=1-step=16.ckpt then last.ckpt while steps 17 on train; "
+     "killed in last.ckpt's write, fit(ckpt_path='last') resumes step 8 although epoch=1-step=16.ckpt is complete "
+     "(losses reproduce from there; lightning_async_job.truth.md)"),
+    ("lightning_async_job", "enospc", "FAILED", "older",
+     "the failed background last.ckpt save keeps step 8 while epoch=1-step=16.ckpt is complete; the error is "
+     "raised at the next save, 8 steps later, and again at teardown: exit 1, observed late, not lost"),
+    ("lightning_async_job", "power-loss", "FAILED", "crashed, acknowledged-checkpoint-lost",
+     LIGHTNING_FILE_OBJECT + " (the checkpoint is complete at the worker thread's rename, not when save_checkpoint "
+     "returns)"),
+    ("lightning_async_job", "eval-left-on", "PASSED", "last-good",
+     "the clean kill comes after checkpoint 2's background writes: last.ckpt holds step 16; self.train() at every "
+     "epoch start, no dropout or batch norm"),
+    ("lightning_async_job", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
     ("ddp_job", "kill9-mid-save", "PASSED", "last-good", "rank 0 saves atomically; the epoch is in the checkpoint"),
     ("ddp_job", "enospc", "PASSED", "last-good", "rank 0 saves atomically"),
     ("ddp_job", "power-loss", "PASSED", "last-good", "fsync before the rename"),
