@@ -34,6 +34,7 @@ NODE_SCENARIOS = ("node-power-loss", "node-loss")
 """Scenarios of multi-node jobs (``--nnodes``): judged by tests/test_nodes.py on nodes of their own, not here."""
 
 EXPLAINING = ("resume-chose-incomplete", "resume-chose-dcp-without-metadata", "rotation-before-complete",
+              "background-error-unobserved", "exit-with-save-in-flight",
               "resume-exited", "acknowledged-checkpoint-lost", "move-became-copy", "torn-checkpoint", "in-place-save",
               "resumed-other-weights", "ranks-disagree", "steps-skipped", "steps-replayed", "eval-mode-in-training",
               "rng-captured-early", "rng-drawn-after-restore",
@@ -100,6 +101,11 @@ FRAMEWORK_JOBS = {
     "dcp": Job("tests/jobs/dcp_job.py (2 ranks)", "tests/jobs/dcp_job.py", (), nproc=2),
     "dcp_robust": Job("tests/jobs/dcp_job.py --resume-complete (2 ranks)", "tests/jobs/dcp_job.py",
                       ("--resume-complete",), nproc=2),
+    "dcp_async": Job("tests/jobs/dcp_async_job.py (2 ranks)", "tests/jobs/dcp_async_job.py", (), nproc=2),
+    "dcp_async_robust": Job("tests/jobs/dcp_async_job.py --robust (2 ranks)", "tests/jobs/dcp_async_job.py",
+                            ("--robust",), nproc=2),
+    "dcp_async_process_robust": Job("tests/jobs/dcp_async_job.py --robust --process (2 ranks)",
+                                    "tests/jobs/dcp_async_job.py", ("--robust", "--process"), nproc=2),
 }
 
 SINGLE = "rank-epoch-skew needs a job of 2 or more ranks: a one-rank job is refused at once, nothing run"
@@ -297,9 +303,30 @@ FRAMEWORK_ROWS: List[Tuple[str, str, str, str, str]] = [
      "the resume takes step_8/, which the killed dcp.save left without .metadata, over complete step_4/"),
     ("dcp_robust", "kill9-mid-save", "PASSED", "last-good",
      "resumes from the newest folder holding .metadata; get_state_dict's lr-0 step is not a training step"),
+    ("dcp_async", "kill9-mid-save", "FAILED", "crashed, rotation-before-complete",
+     "deletes step_4/ as soon as async_save of step 8 returns; the resume takes step_8/, left without .metadata "
+     "(dcp_async_job.truth.md)"),
+    ("dcp_async", "power-loss", "PASSED", "last-good",
+     "DCP fsyncs each shard and .metadata before its rename: under the ordered model a completed save survives"),
+    ("dcp_async", "enospc", "FAILED", "survived, background-error-unobserved",
+     "the background write's CheckpointException is never raised (futures.wait); step_4/ was already deleted, so "
+     "no complete checkpoint existed until step 12's save ended"),
+    ("dcp_async_robust", "kill9-mid-save", "PASSED", "last-good",
+     "waits on the previous save's future before rotating; resumes from the newest folder holding .metadata"),
+    ("dcp_async_robust", "power-loss", "PASSED", "last-good",
+     "shards and .metadata fsynced, rename in order (ordered model); the resume skips a folder without .metadata"),
+    ("dcp_async_robust", "enospc", "PASSED", "last-good",
+     "future.result() raises the CheckpointException before the next save: exit 1 with step_4/ whole"),
+    ("dcp_async_process_robust", "kill9-mid-save", "PASSED", "last-good",
+     "DCP's helper process writes the shards and .metadata; killed with the tree, step_8/ has no .metadata and "
+     "the resume takes step_4/ (a helper spared by the kill finishes step_8 on its own: dcp_async_job.truth.md)"),
+    ("dcp_async_process_robust", "power-loss", "PASSED", "last-good",
+     "the helper fsyncs each shard and .metadata before its rename, as the thread does"),
+    ("dcp_async_process_robust", "enospc", "PASSED", "last-good",
+     "the helper's ENOSPC comes back through the pipe: future.result() raises it, exit 1 with step_4/ whole"),
 ]
-"""The framework verdict table (``--frameworks``): the Hugging Face Trainer, Accelerate and DCP, each on its
-default checkpointing and on one robust configuration."""
+"""The framework verdict table (``--frameworks``): the Hugging Face Trainer, Accelerate and DCP (dcp.save and
+dcp.async_save), each on its default checkpointing and on one robust configuration."""
 
 
 def cause(trial: Dict) -> str:
