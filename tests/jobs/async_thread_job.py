@@ -85,8 +85,8 @@ class Saver:
         if self.error is not None:
             raise self.error
 
-    def close(self):
-        self.wait()
+    def stop(self):
+        """Let the thread end once the saves handed to it are written (even when the main thread failed)."""
         self.queue.put(None)
 
 
@@ -100,6 +100,13 @@ def snapshot(model, opt, step):
 
 def main():
     saver = Saver("--daemon" in sys.argv)
+    try:
+        train(saver)
+    finally:
+        saver.stop()
+
+
+def train(saver):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, WIDTH), nn.ReLU(), nn.Linear(WIDTH, WIDTH), nn.ReLU(), nn.Linear(WIDTH, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.001, momentum=0.9)
@@ -122,7 +129,7 @@ def main():
         print(f"step {step} loss {loss.item():.6f}", flush=True)
         if step % EVERY == 0:
             saver.start(snapshot(model, opt, step), step)
-    saver.close()
+    saver.wait()
     print("finished", flush=True)
 
 
