@@ -27,7 +27,7 @@ from torch import nn
 
 STEPS = 24
 EVERY = 6
-WIDTH = 1024
+WIDTH = 2048
 CHUNK = 2 ** 20
 
 
