@@ -1,16 +1,19 @@
 """A job with a hand-written asynchronous checkpointer: a background thread writes while the main thread trains on.
 
-Every ``EVERY`` steps the main thread snapshots its state (the model's and the optimizer's state dicts cloned,
-torch's RNG state, the step) and hands it to a new thread, which ``torch.save``s it to ``ckpt/last.pt.tmp``,
-fsyncs it, ``os.replace``s it over ``ckpt/last.pt`` and fsyncs the folder. Until that rename ``last.pt`` is the
-previous checkpoint, whole. The resume loads ``last.pt`` and restores the model, the optimizer, torch's RNG state
-and the step, so a resumed run prints the uninterrupted run's losses.
+Every ``EVERY`` steps the main thread snapshots its state (model and optimizer state dicts, torch's RNG state, the
+step) by ``torch.save``-ing it into memory, and hands the bytes to one background thread, which writes them to
+``ckpt/last.pt.tmp`` in 1 MiB writes, fsyncs it, ``os.replace``s it over ``ckpt/last.pt`` and fsyncs the folder.
+Until that rename ``last.pt`` is the previous checkpoint, whole. The resume loads ``last.pt`` and restores the
+model, the optimizer, torch's RNG state and the step, so a resumed run prints the uninterrupted run's losses.
 
-By default (robust) the saver is a non-daemon thread: the main thread joins the previous save before starting the
-next one and at the end, and re-raises an exception the save raised (a full disk stops the job with the error).
-``--daemon``: the saver is a daemon thread never joined, whose exceptions nobody looks at (threading prints the
-traceback, the job trains on), and the last save is started right at the end of training: the process exits while
-it is still being written, so the final checkpoint never lands.
+By default (robust) the saver is a non-daemon thread: the main thread waits for the previous save before handing
+over the next one and at the end, and re-raises the exception a save raised (a full disk stops the job with the
+error). ``--daemon``: the saver is a daemon thread nobody waits for, whose exception nobody looks at (threading
+prints the traceback, the job trains on), and the last save is handed over right at the end of training: the
+process exits while it is still being written, so the final checkpoint never lands.
+
+The main thread serializes because a daemon thread stopped by the interpreter's exit inside ``torch.save`` aborts
+the process (SIGABRT); stopped in a plain file write, it exits cleanly (async_thread_job.truth.md).
 
 ``ASYNC_PAUSE_IN_SAVE=SECONDS`` (for killing it by hand) pauses the second save's thread once it has written 1 MiB
 of ``last.pt.tmp``, while the main thread trains on."""
