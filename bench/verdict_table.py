@@ -33,8 +33,8 @@ SCENARIOS = ("kill9-mid-save", "enospc", "power-loss", "eval-left-on", "rank-epo
 NODE_SCENARIOS = ("node-power-loss", "node-loss")
 """Scenarios of multi-node jobs (``--nnodes``): judged by tests/test_nodes.py on nodes of their own, not here."""
 
-EXPLAINING = ("resume-chose-incomplete", "resume-chose-dcp-without-metadata", "rotation-before-complete",
-              "background-error-unobserved", "exit-with-save-in-flight",
+EXPLAINING = ("background-error-unobserved", "exit-with-save-in-flight", "resume-chose-incomplete",
+              "resume-chose-dcp-without-metadata", "rotation-before-complete",
               "resume-exited", "acknowledged-checkpoint-lost", "move-became-copy", "torn-checkpoint", "in-place-save",
               "resumed-other-weights", "ranks-disagree", "steps-skipped", "steps-replayed", "eval-mode-in-training",
               "rng-captured-early", "rng-drawn-after-restore",
@@ -76,6 +76,9 @@ JOBS = {
     "cwd_ckpt_job": Job("tests/jobs/cwd_ckpt_job.py", "tests/jobs/cwd_ckpt_job.py", ()),
     "link_job": Job("tests/jobs/link_job.py", "tests/jobs/link_job.py", ()),
     "safetensors_job": Job("tests/jobs/safetensors_job.py", "tests/jobs/safetensors_job.py", ()),
+    "async_thread_job": Job("tests/jobs/async_thread_job.py", "tests/jobs/async_thread_job.py", ()),
+    "async_thread_daemon": Job("tests/jobs/async_thread_job.py --daemon", "tests/jobs/async_thread_job.py",
+                               ("--daemon",)),
 }
 
 SWEEP_JOBS = {
@@ -117,6 +120,9 @@ MIDEPOCH_SKIP = ("a mid-epoch checkpoint (atomic) records only the epoch; the re
 MIDEPOCH_REPLAY = ("a mid-epoch checkpoint (atomic) records only the epoch; the resume starts that epoch again, training "
                    "once more on the batches the checkpoint holds (midepoch_job.truth.md)")
 MIDEPOCH_POSITION = "atomic save of the epoch and the position in it; the resume skips the batches already trained"
+DAEMON_EXIT = ("the reference run itself exits 0 while its daemon saver is still writing step 24's checkpoint (10 "
+               "runs of 10): the final checkpoint never lands (async_thread_job.truth.md)")
+
 PRELOAD = ("a zero-gradient Adam step before the load, then the newest (atomic) checkpoint: every later loss matches "
            "(preload_job.truth.md)")
 
@@ -269,6 +275,26 @@ ROWS: List[Tuple[str, str, str, str, str]] = [
      "safetensors never fsyncs: the renamed model.safetensors comes back empty under the ordered model"),
     ("safetensors_job", "eval-left-on", "PASSED", "last-good", "no dropout or batch norm: eval mode computes the same"),
     ("safetensors_job", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
+    ("async_thread_job", "kill9-mid-save", "PASSED", "last-good",
+     "the kill lands in the background thread's write of last.pt.tmp while the main thread trains on; last.pt, "
+     "renamed only after an fsync, is the previous checkpoint, whole (async_thread_job.truth.md)"),
+    ("async_thread_job", "enospc", "PASSED", "last-good",
+     "the background write fails; the main thread re-raises the error at the next hand-over and the job stops; "
+     "last.pt is intact"),
+    ("async_thread_job", "power-loss", "PASSED", "last-good",
+     "the saver fsyncs the file before the rename and the folder after it: last.pt is always a whole checkpoint"),
+    ("async_thread_job", "eval-left-on", "PASSED", "last-good", "no dropout or batch norm: eval mode computes the same"),
+    ("async_thread_job", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
+    ("async_thread_daemon", "kill9-mid-save", "FAILED", "last-good, exit-with-save-in-flight",
+     "the resume takes the previous last.pt, whole; but " + DAEMON_EXIT),
+    ("async_thread_daemon", "enospc", "FAILED", "older, background-error-unobserved",
+     "the daemon saver dies of the error (threading prints it), the job trains on and finishes believing steps 12, "
+     "18 and 24 saved; the resume takes step 6 (async_thread_job.truth.md)"),
+    ("async_thread_daemon", "power-loss", "FAILED", "last-good, exit-with-save-in-flight",
+     "fsync before the rename, folder fsync after: the saves that finish survive; but " + DAEMON_EXIT),
+    ("async_thread_daemon", "eval-left-on", "FAILED", "last-good, exit-with-save-in-flight",
+     "no dropout or batch norm: eval mode computes the same; but " + DAEMON_EXIT),
+    ("async_thread_daemon", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
 ]
 
 SWEEP_ROWS: List[Tuple[str, str, str, str, str]] = [

@@ -19,7 +19,7 @@ UNSETTLING: Dict[FindingKind, Reason] = {"sweep-untried": "sweep-untried"}
 """Finding kinds that leave a trial that would pass inconclusive, with the reason it gives: what the trial did not
 try could still fail it, so no cap or shortcut may turn it into a pass."""
 
-LEADS: Tuple[FindingKind, ...] = ("exit-with-save-in-flight", "background-error-unobserved", "resume-exited",
+LEADS: Tuple[FindingKind, ...] = ("background-error-unobserved", "exit-with-save-in-flight", "resume-exited",
                                   "acknowledged-checkpoint-lost", "ranks-disagree")
 """Finding kinds that lead a failed trial's headline, before where the job resumed from."""
 
