@@ -74,8 +74,12 @@ def _child(path: str, key: Any) -> str:
 
 
 def _storage_key(storage: Any) -> Tuple[str, int]:
-    """Identity of an untyped storage: its data pointer, or its C handle where there is no data (meta, empty)."""
-    ptr = storage.data_ptr()
+    """Identity of an untyped storage: its data pointer, or its C handle where there is no data (meta, empty, or
+    freed: a staged copy a background save already released)."""
+    try:
+        ptr = storage.data_ptr()
+    except RuntimeError:
+        ptr = 0
     if ptr:
         return storage.device.type, ptr
     return "handle", getattr(storage, "_cdata", id(storage))

@@ -229,7 +229,8 @@ class Recorder:
         try:
             hook(*args)
         except Exception:
-            self._pending_losses.clear()
+            if self._stepper in (None, threading.get_ident()):  # the losses are the training thread's to drop
+                self._pending_losses.clear()
 
     def on_scaled(self, scaled: torch.Tensor, loss: torch.Tensor) -> None:
         """GradScaler.scale produced ``scaled`` from ``loss``: record the unscaled value at backward."""
