@@ -287,9 +287,9 @@ ROWS: List[Tuple[str, str, str, str, str]] = [
     ("async_thread_job", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
     ("async_thread_daemon", "kill9-mid-save", "FAILED", "last-good, exit-with-save-in-flight",
      "the resume takes the previous last.pt, whole; but " + DAEMON_EXIT),
-    ("async_thread_daemon", "enospc", "FAILED", "older, background-error-unobserved",
-     "the daemon saver dies of the error (threading prints it), the job trains on and finishes believing steps 12, "
-     "18 and 24 saved; the resume takes step 6 (async_thread_job.truth.md)"),
+    ("async_thread_daemon", "enospc", "FAILED", "survived, background-error-unobserved",
+     "the daemon saver dies of the error (threading prints it), the job trains on to its end (it survived the "
+     "fault) believing steps 12, 18 and 24 saved; a later resume takes step 6 (async_thread_job.truth.md)"),
     ("async_thread_daemon", "power-loss", "FAILED", "last-good, exit-with-save-in-flight",
      "fsync before the rename, folder fsync after: the saves that finish survive; but " + DAEMON_EXIT),
     ("async_thread_daemon", "eval-left-on", "FAILED", "last-good, exit-with-save-in-flight",

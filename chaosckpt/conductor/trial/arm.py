@@ -13,7 +13,7 @@ from chaosckpt.conductor.faults.kind import Arming
 from chaosckpt.conductor.nodes.conduct import NodeFault
 from chaosckpt.conductor.runs import confinement
 from chaosckpt.conductor.runs.runlog import RunLog
-from chaosckpt.conductor.trial.context import Context
+from chaosckpt.conductor.trial.context import Context, rel
 from chaosckpt.conductor.trial.options import Stop
 
 
@@ -37,6 +37,10 @@ class Armed:
     """Where a suite's shared run left each file's data, when the fault was rebuilt from it (``shared``)."""
     native: Optional[List[str]] = None
     """The files that shared run's journal never saw written (``crash.unseen``), in this sandbox."""
+
+    def shown(self, path: str) -> str:
+        """``path`` as the user knows it: relative to the sandbox when inside it."""
+        return rel(path, self.work) or path
 
 
 def arm(ctx: Context, reference: RunLog) -> Armed:

@@ -32,9 +32,9 @@ def unfinished_at_exit(saver: Optional[ProcessLog]) -> List[Finding]:
     return found
 
 
-def unobserved_error(proc: ProcessLog, name: Callable[[str], str]) -> List[Finding]:
+def unobserved_error(proc: ProcessLog, name: Callable[[str], str], later: Optional[int] = None) -> List[Finding]:
     """The fault's error in a background save never reached the job: it trained on, believing the checkpoint
-    existed."""
+    existed (``later``: the step a later resume of what it left started from)."""
     fate = proc.background_error
     if fate is None or fate.get("fate") != "unobserved" or proc.fault is None:
         return []
@@ -45,8 +45,20 @@ def unobserved_error(proc: ProcessLog, name: Callable[[str], str]) -> List[Findi
         "background-error-unobserved",
         f"{fate['error']} in checkpoint {fault['save']}'s background save (thread {fault.get('thread')}{writing}) "
         f"never reached the training: no future's result() raised it and the job did not end on it; it trained "
-        f"{after} more step{'s' if after != 1 else ''} believing that checkpoint existed. Keep the save's future "
+        f"{after} more step{'s' if after != 1 else ''} believing that checkpoint existed"
+        f"{_found(later, proc)}. Keep the save's future "
         "(or the thread's exception) and check it before the next save and before exiting: future.result() "
         "raises it",
-        {"save": fault["save"], "thread": fault.get("thread"), "steps_after": after, "error": fate["error"]},
+        {"save": fault["save"], "thread": fault.get("thread"), "steps_after": after, "error": fate["error"],
+         "later_resume_step": later},
     )]
+
+
+def _found(later: Optional[int], proc: ProcessLog) -> str:
+    """What a later resume found, against the step the job had reached."""
+    if later is None or not proc.steps:
+        return ""
+    end = proc.steps[-1]["step"]
+    if later >= end:
+        return f"; a later resume started from step {later}"
+    return f"; a later resume started from step {later}, {end - later} steps before where the job had got to"

@@ -10,10 +10,10 @@ from chaosckpt.conductor.results.result import Trial
 from chaosckpt.conductor.runs import preflight, sandbox
 from chaosckpt.conductor.runs.runlog import ProcessLog
 from chaosckpt.conductor.scenario import Scenario
-from chaosckpt.conductor.trial import assembly, async_saves, shared
+from chaosckpt.conductor.trial import assembly, async_saves, score, shared
 from chaosckpt.conductor.trial.aftermath import aftermath
 from chaosckpt.conductor.trial.arm import Armed, arm
-from chaosckpt.conductor.trial.context import Context, rel
+from chaosckpt.conductor.trial.context import Context
 from chaosckpt.conductor.trial.crashpoints import sweep_save
 from chaosckpt.conductor.trial.faulted import Faulted, faulted
 from chaosckpt.conductor.trial.options import Stop, TrialOptions
@@ -64,14 +64,18 @@ class TrialRunner:
         steps.aftermath = aftermath(ctx, armed, run)
         if steps.aftermath is not None:
             steps.faulted = run = steps.aftermath.applied(run)
-        unobserved = async_saves.unobserved_error(run.proc, lambda p: rel(p, armed.work) or p)
         if run.carried_on:
-            steps.measured = survived(ctx, ref_log.trainer(), run).found(*unobserved)
-            steps.measured = later_resume(ctx, armed, steps.measured)
-            return survivor_met(ctx, steps.measured)
+            return self._carried_on(ref_log.trainer(), armed, run)
         scored = score_trial(ctx, ref_log, armed, run, resume(ctx, armed, ref_log))
-        steps.measured = scored.measured.found(*unobserved)
+        steps.measured = scored.measured.found(*async_saves.unobserved_error(run.proc, armed.shown))
         return met(ctx, scored)
+
+    def _carried_on(self, ref: ProcessLog, armed: Armed, run: Faulted) -> bool:
+        """The ending of a job that carried on past its fault: its own run judged, then a later resume."""
+        measured = survived(self.ctx, ref, run)
+        measured, later = later_resume(self.ctx, armed, measured, score.digest_table(run.proc, ref))
+        self.steps.measured = measured.found(*async_saves.unobserved_error(run.proc, armed.shown, later))
+        return survivor_met(self.ctx, self.steps.measured)
 
     def _sweep(self, ref: ProcessLog, armed: Armed, run: Faulted) -> bool:
         """The sweep ending, keeping what it measured as it goes."""

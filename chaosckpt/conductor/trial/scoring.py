@@ -81,7 +81,7 @@ def recovered(ctx: Context, ref: ProcessLog, armed: Armed, run: Faulted, resumed
         lost = run.step
     measured = Measured(run.fault, run.last_good, outcome=rec.outcome, recovered_step=rec.recovered_step,
                         error=rec.error, error_path=rel(rec.error_path, armed.work), lost_steps=lost)
-    taken = provenance.weights_taken(resumed.log.trainer(), lambda p: rel(p, armed.work) or p) \
+    taken = provenance.weights_taken(resumed.log.trainer(), armed.shown) \
         if rec.outcome == "unknown-state" else []
     traced = any(f.kind == "resumed-other-weights" for f in taken)
     return measured.found(*_damage(ctx, armed, run, resumed, measured, traced), *taken)
@@ -100,7 +100,7 @@ def _damage(ctx: Context, armed: Armed, run: Faulted, resumed: Resumed, measured
             "resuming at all; if it loads its checkpoint only when told (a --resume flag, a checkpoint path), "
             "give that with --resume-args, e.g. --resume-args=--resume"))
     found += save_damage(ctx, run, armed, measured.outcome, measured.error_path)
-    found += checkpoint_findings(run, resumed.log, measured.error, lambda p: rel(p, armed.work) or p)
+    found += checkpoint_findings(run, resumed.log, measured.error, armed.shown)
     found += torn_copies(run.fault, run.proc, resumed.log, armed.work, measured.error_path, measured.recovered_step)
     power_lost = armed.disk is not None and ctx.scenario.kind.needs_aftermath and run.completed
     if power_lost and measured.outcome != "last-good":
@@ -109,7 +109,7 @@ def _damage(ctx: Context, armed: Armed, run: Faulted, resumed: Resumed, measured
             found.append(lost)
     if power_lost:
         found += copies.lost(run.completed[-1], run.log.ops(), armed.disk, ctx.scenario.trigger.model,
-                             lambda p: rel(p, armed.work) or p)
+                             armed.shown)
     return found
 
 

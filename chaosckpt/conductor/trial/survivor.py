@@ -4,6 +4,7 @@ later resume must still load what it saved."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Optional, Tuple
 
 from chaosckpt.conductor.results.result import Finding
 from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog
@@ -21,12 +22,16 @@ def survived(ctx: Context, ref: ProcessLog, run: Faulted) -> Measured:
     return Measured(run.fault, run.last_good, outcome="survived").traced(score.trajectory(ref, own, 0, ctx.opts.tolerance))
 
 
-def later_resume(ctx: Context, armed: Armed, measured: Measured) -> Measured:
-    """A later resume of what the job saved; one that fails is an error finding, with its error."""
+def later_resume(ctx: Context, armed: Armed, measured: Measured, table: score.DigestTable
+                 ) -> Tuple[Measured, Optional[int]]:
+    """A later resume of what the job saved, and the step it started from (``table``: the states the runs
+    saved); one that fails is an error finding, with its error."""
     resume = ctx.launch("resume", ctx.opts.resume_command, armed.work, stop=resume_stop(ctx))
+    log = RunLog.read(resume.events_dir)
     if resume.returncode == 0 or resume.stopped:
-        return measured
-    failed = RunLog.read(resume.events_dir).failed_loads()
+        trainer = log.trainer()
+        return measured, table.step_of(trainer) if trainer is not None else None
+    failed = log.failed_loads()
     error = failed[-1]["error"] if failed else score.tail_line(resume.stderr)
     error_path = rel(failed[-1].get("path"), armed.work) if failed else None
     return dataclasses.replace(measured, error=error, error_path=error_path).found(
@@ -35,7 +40,7 @@ def later_resume(ctx: Context, armed: Armed, measured: Measured) -> Measured:
             f"the job carried on past the fault and finished, but a later resume failed: {error}",
             {"returncode": resume.returncode},
         )
-    )
+    ), None
 
 
 def survivor_met(ctx: Context, measured: Measured) -> bool:

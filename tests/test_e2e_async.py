@@ -1,0 +1,52 @@
+"""Asynchronous checkpoints end to end on tests/jobs/async_thread_job.py: the main thread serializes its state
+every 6 steps and a saver thread writes, fsyncs and renames it while the training goes on. By default the job
+waits for each save before the next and at its end, and re-raises a save's error; ``--daemon`` never waits and
+never looks (async_thread_job.truth.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from chaosckpt.conductor.reports import html
+from chaosckpt.conductor.results import stored
+from conftest import judged
+
+pytestmark = pytest.mark.e2e
+
+JOB = Path(__file__).resolve().parent / "jobs" / "async_thread_job.py"
+
+
+def test_a_kill_in_flight_strikes_the_background_write_while_training_steps_and_the_robust_saver_passes(tmp_path):
+    """steps_in_flight=2: the kill lands in save 2's write on the saver thread, two or more steps after the save of
+    step 12 began; last.pt (step 6) is whole, and the timeline says where the fault struck."""
+    rc, t = judged(tmp_path, JOB, "-s", "kill9-mid-save", "-p", "steps_in_flight=2")
+    fault = t["fault"]
+    assert (fault["save"], fault["step"], fault["thread"], fault["path"]) == (2, 12, "saver", "ckpt/last.pt.tmp")
+    assert fault["steps_in_flight"] >= 2
+    assert rc == 0 and t["outcome"] == "last-good" and t["recovered_step"] == 6 and t["reproduced"], t["headline"]
+    (trial,) = stored.load(Path(t["results_dir"])).trials
+    struck = [f for f in html.timeline(trial) if f.startswith("the fault hit save 2")]
+    assert struck and f"in its background thread saver, {fault['steps_in_flight']} training steps after the save " \
+                      "began" in struck[0]
+
+
+def test_a_job_that_exits_with_its_last_save_in_flight_and_never_sees_a_full_disk_fails_on_both(tmp_path):
+    """--daemon under enospc: the reference run itself exited while the step-24 save was being written; the
+    faulted run's saver died on the ENOSPC, and the job trained on to its end without noticing."""
+    rc, t = judged(tmp_path, JOB, "-s", "enospc", "--", "--daemon")
+    kinds = {f["kind"]: f for f in t["findings"]}
+    assert rc == 1 and t["status"] == "failed"
+    assert kinds["exit-with-save-in-flight"]["step"] == 24 and kinds["exit-with-save-in-flight"]["save"] == 4
+    unobserved = kinds["background-error-unobserved"]
+    assert unobserved["save"] == 2 and unobserved["thread"] == "saver" and unobserved["steps_after"] >= 6
+    assert t["fault"]["noticed"] is False
+    assert t["headline"].startswith("FAILED enospc: the job never noticed the error that failed its background save")
+
+
+def test_a_full_disk_the_saver_re_raises_is_noticed_and_the_resume_takes_the_previous_checkpoint(tmp_path):
+    rc, t = judged(tmp_path, JOB, "-s", "enospc")
+    assert t["fault"]["thread"] == "saver" and t["fault"]["noticed"] is True
+    assert rc == 0 and t["outcome"] == "last-good" and t["recovered_step"] == 6, t["headline"]
+    assert not {"background-error-unobserved", "exit-with-save-in-flight"} & {f["kind"] for f in t["findings"]}
