@@ -10,7 +10,9 @@ and ``pid``. The event types and their own fields:
 
 ``hello``       the agent is live in a process that imported torch.
                 ``rank``, ``local_rank``, ``world_size`` (ints or null), ``argv``, ``cwd``,
-                ``python``, ``torch`` (version), ``fault`` (the armed fault or null).
+                ``python``, ``torch`` (version), ``fault`` (the armed fault or null);
+                ``helper_of`` (the pid of the rank that started it) in DCP's checkpoint
+                process (``async_save`` in process mode), which saves for that rank.
 ``step``        an optimizer step returned (sent from the post-hook; the fields but
                 ``loss`` are measured in the pre-hook, before the step changes anything).
                 ``step`` (1-based, counted in this process), ``opt`` (index of the
@@ -41,6 +43,10 @@ and ``pid``. The event types and their own fields:
                 parameters as they are being saved), ``rng`` (stream fingerprints as
                 in ``step``, as the save began), ``op`` (journal operations so
                 far, when the journal is on).
+``save-handoff`` the training process handed a staged state to DCP's checkpoint process, which
+                writes it as its next checkpoint. ``handoff`` (1-based, in this process),
+                ``step`` and ``digest`` (of the parameters handed over, as in ``save-begin``),
+                ``path`` (the checkpoint's directory, or null).
 ``save-file``   one save call of the checkpoint returned or raised, or one file written
                 into it by another writer (``via`` "write") was closed. ``save``, ``path``,
                 ``via``, ``ok``, ``bytes``, ``writes``, ``error`` (one line, or null);
@@ -143,7 +149,7 @@ STOP_FLAG_PREFIX = "stop."
 """The agent creates ``stop.<pid>`` in the run directory when the job reached its horizon."""
 
 EVENT_TYPES = ("hello", "step", "save-begin", "save-file", "save-move", "save-end", "load", "restore", "fault", "op",
-               "sampler", "stop", "uncaught", "exit", "refused")
+               "sampler", "stop", "uncaught", "exit", "refused", "save-handoff")
 
 Event = Dict[str, Any]
 

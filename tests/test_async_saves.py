@@ -12,7 +12,7 @@ import torch
 
 from chaosckpt import protocol
 from chaosckpt.agent import threads
-from chaosckpt.conductor.runs.runlog import _process
+from chaosckpt.conductor.runs.runlog import RunLog, _process
 from chaosckpt.conductor.trial import async_saves
 from tests.test_checkpoint_burst import _job, _save, _step
 
@@ -161,3 +161,30 @@ def test_a_save_on_the_training_thread_still_ends_at_its_next_step(tmp_path):
     kinds = events.kinds()
     assert kinds.index("save-end") < kinds.index("step", kinds.index("save-begin"))
     assert "thread" not in events.events[kinds.index("save-begin")]
+
+
+def _event(kind, pid, ts, **fields):
+    return {"v": protocol.SCHEMA_VERSION, "t": kind, "ts": ts, "pid": pid, **fields}
+
+
+def test_the_checkpoint_process_saves_are_its_rank_s_at_the_steps_handed_over():
+    """DCP's checkpoint process never steps: its k-th save is of the rank's k-th handoff, and its saves,
+    operations and fault are the rank's; a process that saves and says nothing of a parent stays apart."""
+    rank = [_event("hello", 10, 1.0, rank=0), _event("step", 10, 2.0, step=1, digest="d1"),
+            _event("save-handoff", 10, 3.0, handoff=1, step=4, digest="d4", path="/c/step_4"),
+            _event("save-handoff", 10, 5.0, handoff=2, step=8, digest="d8", path="/c/step_8")]
+    helper = [_event("hello", 30, 1.5, rank=0, helper_of=10),
+              _event("save-begin", 30, 3.5, save=1, step=0, path="/c/step_4", via="dcp", digest="x"),
+              _event("op", 30, 3.6, op="open", path="/c/step_4/__0_0.distcp", n=1, save=1),
+              _event("save-end", 30, 3.7, save=1, ok=True, bytes=9, writes=1),
+              _event("save-begin", 30, 5.5, save=2, step=0, path="/c/step_8", via="dcp", digest="x"),
+              _event("fault", 30, 5.6, fault="halt", save=2, write=3)]
+    other = [_event("hello", 40, 1.0, rank=1),
+             _event("save-begin", 40, 2.0, save=1, step=0, path="/d", via="dcp", digest="y")]
+    log = RunLog.of([rank, helper, other])
+    trainer = log.ranks()[0]
+    assert [p.pid for p in log.processes] == [10, 40] and trainer.helpers == [30]
+    assert [(s.step, s.digest, s.ok) for s in trainer.saves] == [(4, "d4", True), (8, "d8", None)]
+    assert log.saver() is trainer and log.fault()["pid"] == 30
+    assert [e["pid"] for e in log.save_ops()] == [30]
+    assert log.ranks()[1].saves[0].step == 0

@@ -241,6 +241,21 @@ def dcp_load(rec: Recorder, original: Callable) -> Callable:
     return load
 
 
+def install_dcp_process(rec: Recorder) -> None:
+    """Record each state ``async_save`` in process mode hands to DCP's checkpoint process, which saves it."""
+    patches.install("dcp-process", rec)
+
+
+def dcp_process_handoff(rec: Recorder, original: Callable) -> Callable:
+    def execute_save(self, staged, *args, **kwargs):
+        if rec.enabled:
+            target = kwargs.get("checkpoint_id") or getattr(kwargs.get("storage_writer"), "path", None)
+            rec.guarded(rec.handed_to_process, os.fspath(target) if _is_path(target) else None)
+        return original(self, staged, *args, **kwargs)
+
+    return execute_save
+
+
 def install_dcp_state_dict(rec: Recorder) -> None:
     """``get_state_dict`` initialises an empty optimizer's state with one step at learning rate 0: a hidden
     step, not a training step."""

@@ -26,6 +26,8 @@ LAYERS: Tuple[str, ...] = (
     "skew",
     "dcp",
     "dcp-state-dict",
+    "dcp-process",
+    "dcp-helper",
     "safetensors",
     "threads",
 )
@@ -51,6 +53,9 @@ def _os(layer: str, make: str, *names: str, args: Tuple[Any, ...] = ()) -> List[
 def _open(layer: str, make: str) -> List[Patch]:
     return [Patch(layer, "builtins", "open", make), Patch(layer, "io", "open", make)]
 
+
+_DCP_PROCESS = "torch.distributed.checkpoint._async_process_executor"
+"""Where DCP's process-mode ``async_save`` hands the staged state to its checkpoint process."""
 
 TABLE: Tuple[Patch, ...] = (
     *_open("guard", "guard.refusing_open"),
@@ -111,6 +116,10 @@ TABLE: Tuple[Patch, ...] = (
     Patch("dcp", "torch.distributed.checkpoint", "load", "interpose.dcp_load"),
     Patch("dcp-state-dict", "torch.distributed.checkpoint.state_dict", "_init_optim_state",
           "interpose.hidden_step"),
+    Patch("dcp-process", f"{_DCP_PROCESS}._ProcessBasedAsyncCheckpointExecutor", "execute_save",
+          "interpose.dcp_process_handoff"),
+    Patch("dcp-helper", f"{_DCP_PROCESS}._AsyncCheckpointProcess", "_checkpointing_subprocess",
+          "runtime.checkpoint_process"),
     Patch("safetensors", "safetensors.torch", "save_file", "interpose.safetensors_save_file"),
     Patch("threads", "threading.Thread", "start", "threads.thread_start"),
     Patch("threads", "concurrent.futures.ThreadPoolExecutor", "submit", "threads.executor_submit"),

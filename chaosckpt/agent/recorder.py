@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import os
 import sys
 import threading
@@ -72,6 +73,8 @@ class Recorder:
         self.background_error: Optional[BaseException] = None  # the fault raised in a background save, its fate open
         self._op_base = 0
         self._eval_done = False
+        self.handoffs = 0  # states handed to DCP's checkpoint process
+        self._spawned = multiprocessing.parent_process() is not None  # started by multiprocessing (DCP's helper)
 
     @property
     def checkpoint(self) -> Optional["Checkpoint"]:
@@ -428,6 +431,13 @@ class Recorder:
         self._digest_due = True
         return Handoff(ckpt, burst.via, burst.path, self.step, task)
 
+    def handed_to_process(self, path: Optional[str]) -> None:
+        """The training thread hands the state of this step to DCP's checkpoint process, which saves it as its
+        next checkpoint: ``save-handoff`` carries the step and digest the conductor gives that checkpoint."""
+        self.handoffs += 1
+        self.emit("save-handoff", handoff=self.handoffs, step=self.step, digest=self._digest(),
+                  path=None if path is None else os.path.abspath(path))
+
     def adopt(self, handoff: Handoff) -> None:
         """This thread (or task) starts on what ``handoff`` gave it."""
         burst = self._burst
@@ -489,6 +499,8 @@ class Recorder:
             writer = save.writer
             counts = (writer.bytes, writer.writes) if writer else (ckpt.bytes - base[0], ckpt.writes - base[1])
             self.save_end(ckpt, path, via, *counts, error, writer.ends if writer else None)
+            if self._stepper is None and self._spawned and not ckpt.busy:
+                self.close_checkpoint()  # a helper process that saves what it is sent: each request is one
 
     def save_end(self, ckpt: "Checkpoint", path: Optional[str], via: str, nbytes: int, writes: int,
                  error: Optional[BaseException], ends: Optional[list] = None) -> None:
@@ -663,6 +675,7 @@ class Recorder:
             python=sys.version.split()[0],
             torch=torch.__version__,
             fault=None if self.fault is None else self.fault.__dict__,
+            **({"helper_of": os.getppid()} if self._spawned else {}),
         )
 
 

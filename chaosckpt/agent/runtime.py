@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-from typing import Optional
+from typing import Callable, Optional
 
 from chaosckpt import protocol
 
@@ -103,6 +103,7 @@ def _install() -> None:
     threads.install(rec)
     when_imported("torch.distributed.checkpoint", lambda: interpose.install_dcp(rec))
     when_imported("torch.distributed.checkpoint.state_dict", lambda: interpose.install_dcp_state_dict(rec))
+    when_imported(_DCP_PROCESS, lambda: interpose.install_dcp_process(rec))
     if fault is not None and fault.track is not None:  # every rank journals its files, not just the faulted one
         import tempfile
 
@@ -125,6 +126,28 @@ def _install() -> None:
     rec.hello()
 
 
+_DCP_PROCESS = "torch.distributed.checkpoint._async_process_executor"
+
+
+def checkpoint_process(install: Callable[[], None], original: Callable) -> Callable:
+    """DCP's checkpoint process (``async_save`` in process mode) starts serving: the agent records it, for it
+    writes the rank's checkpoints. Other multiprocessing children (DataLoader workers) are left alone."""
+    def serve(*args, **kwargs):
+        try:
+            install()
+        except Exception as exc:  # the job must run even if the agent cannot
+            sys.stderr.write(f"chaosckpt agent failed to start: {type(exc).__name__}: {exc}\n")
+        return original(*args, **kwargs)
+
+    return serve
+
+
+def _helper_hook() -> None:
+    from chaosckpt.agent import patches
+
+    patches.install("dcp-helper", _install)
+
+
 def start() -> None:
     """Idempotent entry point: hook torch's import in training processes, nothing elsewhere."""
     global _started
@@ -139,6 +162,9 @@ def start() -> None:
             from chaosckpt.agent.channel import EventWriter
 
             refusals.install(EventWriter(os.environ[protocol.ENV_RUN_DIR], _rank()).emit)
+    if not _started and role() == "mp-child":
+        _started = True
+        when_imported(_DCP_PROCESS, _helper_hook)
     if _started or role() not in ("training", "launcher"):
         return
     _started = True

@@ -98,6 +98,10 @@ class ProcessLog:
     """``refused`` events: writes the system refused with EROFS (a read-only mount: outside the sandbox)."""
     background_error: Optional[Event] = None
     """The error a fault raised in a background save, and its ``fate``: observed by the job, or never."""
+    handoffs: List[Event] = field(default_factory=list)
+    """``save-handoff`` events: the states it handed to DCP's checkpoint process, in order."""
+    helpers: List[int] = field(default_factory=list)
+    """The pids of the checkpoint processes whose saves, operations and fault are folded into this one's."""
 
     def shown(self, path: str) -> str:
         """``path`` as the user knows it: relative to the process's working directory when inside it."""
@@ -169,7 +173,30 @@ def _process(events: List[Event]) -> ProcessLog:
             log.background_error = e
         elif kind == "refused":
             log.refused.append(e)
+        elif kind == "save-handoff":
+            log.handoffs.append(e)
     return log
+
+
+def _fold_helpers(processes: List[ProcessLog]) -> List[ProcessLog]:
+    """DCP's checkpoint process (``async_save`` in process mode) writes the checkpoints of the rank that started
+    it, which hands it one staged state after another: its k-th checkpoint is of the step (and parameters) of the
+    rank's k-th handoff. Its saves, file operations and fault become the rank's, as a thread's would."""
+    by_pid = {p.pid: p for p in processes}
+    kept = []
+    for proc in processes:
+        parent = by_pid.get((proc.hello or {}).get("helper_of"))
+        if parent is None or proc.steps or parent.saves and not parent.helpers:
+            kept.append(proc)
+            continue
+        for save, handoff in zip(proc.saves, parent.handoffs):
+            save.step, save.digest = handoff["step"], handoff["digest"]
+        parent.saves.extend(proc.saves)
+        parent.ops = sorted(parent.ops + proc.ops, key=lambda e: (e["ts"], e["pid"], e["n"]))
+        parent.fault = parent.fault or proc.fault
+        parent.refused.extend(proc.refused)
+        parent.helpers.append(proc.pid)
+    return kept
 
 
 _FILE_OPS = ("open", "write", "rename", "link", "unlink", "symlink")
@@ -190,7 +217,7 @@ class RunLog:
     @classmethod
     def of(cls, files: Iterable[List[Event]]) -> "RunLog":
         """The run from the events of each of its event files (a suite cuts a shared run's at its trials' faults)."""
-        return cls([_process(events) for events in files if events])
+        return cls(_fold_helpers([_process(events) for events in files if events]))
 
     @property
     def agent_loaded(self) -> bool:
@@ -224,7 +251,7 @@ class RunLog:
     def save_ops(self) -> List[Event]:
         """Journal operations of the processes that save (each rank's training process), in the order they
         happened: another process's writes (a data-preparation step) are none of the checkpoint's."""
-        pids = {p.pid for p in self.ranks().values()}
+        pids = {pid for p in self.ranks().values() for pid in (p.pid, *p.helpers)}
         return [e for e in self.ops() if e["pid"] in pids]
 
     def checkpoint_files(self) -> Callable[[str], bool]:
