@@ -42,7 +42,11 @@ and ``pid``. The event types and their own fields:
                 ``io.BytesIO``, or "dcp": torch.distributed.checkpoint.save), ``digest`` (of the optimized
                 parameters as they are being saved), ``rng`` (stream fingerprints as
                 in ``step``, as the save began), ``op`` (journal operations so
-                far, when the journal is on).
+                far, when the journal is on), ``thread`` (the thread writing it, when that is not
+                the training thread: an asynchronous save, whose ``step`` and ``digest`` are those
+                of the step at which the thread or executor task was handed its work).
+``save-thread`` a thread other than the training thread writes the bytes the checkpoint serialized
+                into memory (a saver thread handed them): ``save``, ``thread``.
 ``save-handoff`` the training process handed a staged state to DCP's checkpoint process, which
                 writes it as its next checkpoint. ``handoff`` (1-based, in this process),
                 ``step`` and ``digest`` (of the parameters handed over, as in ``save-begin``),
@@ -60,11 +64,12 @@ and ``pid``. The event types and their own fields:
                 ``ok`` (returned), ``copied`` (the destination is a new copy, not the source's
                 inode: a move whose rename failed across file systems), ``over`` (the
                 destination file existed and was rewritten in place).
-``save-end``    the checkpoint ended: the next step began, or the process exits.
-                ``save``, ``ok`` (every call returned), ``bytes`` and ``writes`` (across
-                its calls), ``error`` (the first call's error, or null), ``content``
-                (findings about its objects taken together: view bloat, RNG states
-                missing for streams the loop draws from, no step).
+``save-end``    the checkpoint ended: the next step began, its background thread or task
+                ended, or the process exits. ``save``, ``ok`` (every call returned), ``bytes``
+                and ``writes`` (across its calls), ``error`` (the first call's error, or null),
+                ``content`` (findings about its objects taken together: view bloat, RNG states
+                missing for streams the loop draws from, no step); ``unfinished`` (a background
+                thread was still writing it when the process exited: it never landed).
 ``load``        ``torch.load`` returned or raised. ``path`` (or null), ``ok``,
                 ``error`` (one line, or null), ``keys`` (top-level keys of a dict), ``sets``
                 (when it held any: each mapping of floating tensors in it, as ``key``, its
@@ -81,13 +86,20 @@ and ``pid``. The event types and their own fields:
                 or ``module`` (the restored module an ``eval`` fault put in eval mode).
                 ``writing``: the files the process was still writing (their save
                 calls had not returned); ``inside``: the move or copy it was in
-                (``how``, ``src``, ``dst``), when there was one.
+                (``how``, ``src``, ``dst``), when there was one. In a background save:
+                ``thread``, ``steps_in_flight`` (training steps since the save began) and
+                ``training_step``.
+``background-error`` the error a fault raised in a background save reached the job (a future's
+                ``result()`` or ``exception()``, or the exception the process ends on):
+                ``error`` (one line), ``fate`` ("observed").
 ``uncaught``    the process is ending on an exception. ``exc`` (type name), ``error``
                 (one line), ``step`` (steps taken), ``frames`` (``file``, ``line``,
                 ``func``, outermost first, the last 30).
 ``exit``        the job's script has ended (Python's exit handlers run): whatever kills the
                 process from here on (a native library crashing in the interpreter's
-                shutdown) struck after its work was done.
+                shutdown) struck after its work was done. ``background_error``
+                (``error``, ``fate`` "unobserved"): a fault's error in a background save the
+                job never saw.
 ``op``          a file operation in a tracked directory (durability journal, on
                 only when the fault asks for it). ``op``: ``open`` (``path``,
                 ``ino`` [dev, inode], ``created``, ``trunc``, ``size``, ``keep``),
@@ -149,7 +161,8 @@ STOP_FLAG_PREFIX = "stop."
 """The agent creates ``stop.<pid>`` in the run directory when the job reached its horizon."""
 
 EVENT_TYPES = ("hello", "step", "save-begin", "save-file", "save-move", "save-end", "load", "restore", "fault", "op",
-               "sampler", "stop", "uncaught", "exit", "refused", "save-handoff")
+               "sampler", "stop", "uncaught", "exit", "refused", "save-handoff", "save-thread",
+               "background-error")
 
 Event = Dict[str, Any]
 
