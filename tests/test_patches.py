@@ -42,6 +42,8 @@ def _states(tmp_path):
         "dcp-state-dict": rec,
         "safetensors": rec,
         "threads": rec,
+        "dcp-process": rec,
+        "dcp-helper": lambda: None,
     }
 
 

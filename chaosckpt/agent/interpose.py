@@ -16,7 +16,8 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from chaosckpt.agent import patches, sampler, writers
-from chaosckpt.agent.recorder import MEMORY, PAYLOAD_HEAD, Checkpoint, Payload, Recorder
+from chaosckpt.agent.bursts import MEMORY, PAYLOAD_HEAD, Checkpoint, Payload
+from chaosckpt.agent.recorder import Recorder
 
 
 class CountingWriter:

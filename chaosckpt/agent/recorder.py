@@ -9,18 +9,18 @@ import sys
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, NamedTuple, Optional
+from typing import TYPE_CHECKING, Dict, Iterator, List, Optional
 
 import torch
 
 from chaosckpt import protocol
 from chaosckpt.agent import faults, fingerprint
+from chaosckpt.agent.bursts import MEMORY, Bursts, Checkpoint
 from chaosckpt.agent.channel import EventWriter
 from chaosckpt.agent.faults import ArmedFault
 from chaosckpt.agent.horizon import Horizon
 from chaosckpt.agent.modes import Modes
 from chaosckpt.agent.streams import Streams
-from chaosckpt.agent.threads import Burst, Handoff
 
 if TYPE_CHECKING:  # imported by the runtime only when a fault asks for the journal
     from chaosckpt.agent.fileops import Journal
@@ -33,11 +33,12 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {message}".splitlines()[0][:300]
 
 
-class Recorder:
+class Recorder(Bursts):
     """The per-process recording state, fed by the hooks that ``interpose`` installs."""
 
     def __init__(self, writer: EventWriter, rank: Optional[int], fault: Optional[ArmedFault],
                  horizon: Optional[Horizon] = None) -> None:
+        super().__init__()
         self.writer = writer
         self.horizon = horizon
         self.rank = rank
@@ -54,12 +55,6 @@ class Recorder:
         self._scaled: Dict[int, torch.Tensor] = {}
         self._need_digest = True
         self._sample_next = False  # a checkpoint's tensor sets were loaded: the next step samples each parameter
-        self._burst = Burst()  # this thread's part in a checkpoint: the one it writes for, the save call it is in
-        self._unfinished: Dict[int, Checkpoint] = {}  # begun, and still held by a thread writing it
-        self.awaiting: List[Checkpoint] = []  # serialized into memory, its bytes not yet written to a file
-        self._queued: Dict[int, int] = {}  # executor tasks handed work at a step and not yet ended, by step
-        self._by_step: Dict[int, Checkpoint] = {}  # unfinished background checkpoints, by the step they save
-        self._lock = threading.Lock()
         self._stepper: Optional[int] = None  # the thread that steps the primary optimizer: the training loop's
         self.hidden_steps = 0  # inside get_state_dict's optimizer state initialisation: its step is no training step
         self.journal: Optional["Journal"] = None
@@ -75,46 +70,6 @@ class Recorder:
         self._eval_done = False
         self.handoffs = 0  # states handed to DCP's checkpoint process
         self._spawned = multiprocessing.parent_process() is not None  # started by multiprocessing (DCP's helper)
-
-    @property
-    def checkpoint(self) -> Optional["Checkpoint"]:
-        """The checkpoint this thread writes for: open from its first save call to the training thread's next
-        step, or, on a background thread, to the end of the thread's task (an asynchronous save)."""
-        return self._burst.checkpoint
-
-    @property
-    def saving(self) -> bool:
-        """This thread is inside a save call: saves it makes itself (DCP's items) are part of it."""
-        return self._burst.saving
-
-    @property
-    def saving_via(self) -> Optional[str]:
-        return self._burst.via
-
-    @property
-    def saving_path(self) -> Optional[str]:
-        return self._burst.path
-
-    @property
-    def moving(self) -> Optional[Dict[str, str]]:
-        """The move or copy this thread is making inside its checkpoint."""
-        return self._burst.moving
-
-    def begin_move(self, move: Dict[str, str]) -> None:
-        self._burst.moving = move
-        self._busy(self.checkpoint, 1)
-
-    def end_move(self) -> None:
-        self._burst.moving = None
-        self._busy(self.checkpoint, -1)
-
-    def _busy(self, ckpt: Optional["Checkpoint"], delta: int) -> None:
-        """A save call or a move of ``ckpt`` began (1) or ended (-1): at the exit, one still busy never landed."""
-        if ckpt is not None:
-            with self._lock:
-                ckpt.busy += delta
-                if not ckpt.busy:
-                    ckpt.idle_since = self.step
 
     def fire(self, **fields: object) -> None:
         """The armed fault's moment has come: halt for the conductor's SIGKILL, or fail the write with ENOSPC.
@@ -161,12 +116,6 @@ class Recorder:
             self.awaiting.clear()
         self.fire_pending()
         self.emit("exit", step=self.step, **self._error_fate("unobserved"))
-
-    def _in_flight_at_exit(self, ckpt: "Checkpoint") -> bool:
-        """Whether ``ckpt``, unfinished at the exit, was still being written: a thread holds it inside a save call
-        or with no step since its last, or its bytes serialized into memory at this step were never written."""
-        recent = ckpt.idle_since == self.step
-        return ckpt.holders > 0 and (ckpt.busy > 0 or recent) or ckpt in self.awaiting and recent
 
     def _error_fate(self, fate: str) -> Dict[str, object]:
         """The error a fault raised in a background save, the first time its fate is known: ``observed`` (a
@@ -416,48 +365,12 @@ class Recorder:
         taken = self._handed_digest
         return taken[1] if taken is not None and taken[0] == step else "unavailable"
 
-    def handoff(self, task: bool = False) -> Handoff:
-        """What a thread or task started now inherits: the checkpoint this thread is saving (its writer threads,
-        an executor's task), and the step its data was taken at. The training thread's next step takes the
-        parameters' digest before it changes them: a save the task makes after it is of that state."""
-        burst = self._burst
-        ckpt = burst.checkpoint if burst.saving else None
-        with self._lock:
-            if ckpt is not None:
-                ckpt.holders += 1
-                ckpt.busy += 1
-            if task:
-                self._queued[self.step] = self._queued.get(self.step, 0) + 1
-        self._digest_due = True
-        return Handoff(ckpt, burst.via, burst.path, self.step, task)
-
     def handed_to_process(self, path: Optional[str]) -> None:
         """The training thread hands the state of this step to DCP's checkpoint process, which saves it as its
         next checkpoint: ``save-handoff`` carries the step and digest the conductor gives that checkpoint."""
         self.handoffs += 1
         self.emit("save-handoff", handoff=self.handoffs, step=self.step, digest=self._digest(),
                   path=None if path is None else os.path.abspath(path))
-
-    def adopt(self, handoff: Handoff) -> None:
-        """This thread (or task) starts on what ``handoff`` gave it."""
-        burst = self._burst
-        burst.checkpoint, burst.handed_step = handoff.checkpoint, handoff.step
-        burst.saving, burst.via, burst.path = handoff.checkpoint is not None, handoff.via, handoff.path
-
-    def task_done(self, handoff: Handoff) -> None:
-        """This thread (or task) ends: the checkpoint it wrote for is no longer its to write."""
-        if handoff.checkpoint is not None:
-            self._busy(handoff.checkpoint, -1)
-        with self._lock:
-            queued = self._queued.pop(handoff.step, 1) - 1 if handoff.task else 0
-            if queued:
-                self._queued[handoff.step] = queued
-        self.close_checkpoint()
-        burst = self._burst
-        burst.saving, burst.via, burst.path, burst.handed_step = False, None, None, None
-        kept = self._by_step.get(handoff.step) if handoff.task and not queued else None
-        if kept is not None and not kept.holders:
-            self._let_go(kept)
 
     def _rng(self) -> Dict[str, str]:
         """The streams' states now (a save begins, an RNG restore returned); empty when one cannot be read."""
@@ -523,77 +436,6 @@ class Recorder:
             **({"whole": True} if ckpt.whole else {}),
             **({} if ends is None else {"ends": ends}),
         )
-
-    def close_checkpoint(self) -> None:
-        """This thread's part in its checkpoint ended (the training stepped, its task ended, the process exits):
-        once no thread writes it any more, the checkpoint is complete as written."""
-        ckpt, self._burst.checkpoint = self._burst.checkpoint, None
-        if ckpt is None:
-            return
-        with self._lock:
-            ckpt.holders -= 1
-            if ckpt.holders > 0:
-                return
-        self._let_go(ckpt)
-
-    def _let_go(self, ckpt: "Checkpoint") -> None:
-        """No thread writes ``ckpt`` now: it is complete, unless a file may yet carry its bytes serialized into
-        memory, or a task handed work at its step may yet add to it (Lightning's two files, handed over one after
-        the other before the training's next step)."""
-        with self._lock:
-            if ckpt in self.awaiting or ckpt.background is not None and (
-                    self._queued.get(ckpt.step) or ckpt.step == self.step):
-                return
-            if self._unfinished.pop(ckpt.index, None) is None:
-                return
-            if self._by_step.get(ckpt.step) is ckpt:
-                del self._by_step[ckpt.step]
-        self._finish(ckpt)
-
-    def serialized(self, ckpt: "Checkpoint", payload: "Payload") -> None:
-        """A save call of ``ckpt`` serialized it into memory: a file write on any thread may carry its bytes."""
-        with self._lock:
-            ckpt.payloads.append(payload)
-            if ckpt in self.awaiting:
-                return
-            self.awaiting.append(ckpt)
-            oldest = self.awaiting.pop(0) if len(self.awaiting) > AWAITING_LIMIT else None
-            if oldest is None or oldest.holders > 0 or self._unfinished.pop(oldest.index, None) is None:
-                return
-        self._finish(oldest)  # never written to a file: complete as the memory it went to
-
-    def carried(self, ckpt: "Checkpoint") -> None:
-        """A file this thread writes carries ``ckpt``'s bytes serialized into memory: the file is part of it, and
-        when another thread serialized them, the checkpoint is this thread's to write too."""
-        with self._lock:
-            if ckpt in self.awaiting:
-                self.awaiting.remove(ckpt)
-        if ckpt is not self.checkpoint:
-            self.carry(ckpt)
-
-    def carry(self, ckpt: "Checkpoint") -> None:
-        """This thread writes the bytes another thread serialized into memory for ``ckpt`` (a saver thread handed
-        them): the checkpoint is this thread's to write until it waits for more work or ends."""
-        with self._lock:
-            ckpt.holders += 1
-            ckpt.busy += 1
-        self.idle()
-        self._burst.checkpoint, self._burst.carrying = ckpt, True
-        if ckpt.background is None and self._stepper is not None and threading.get_ident() != self._stepper:
-            ckpt.background = threading.current_thread().name
-            self.emit("save-thread", save=ckpt.index, thread=ckpt.background)
-
-    def idle(self) -> None:
-        """A thread other than the training thread waits for more work (``queue.Queue.get``): the checkpoint it
-        was writing, its work done, is no longer its to write."""
-        burst = self._burst
-        if burst.checkpoint is None or burst.saving or burst.moving is not None or (
-                threading.get_ident() == self._stepper):
-            return
-        if burst.carrying:
-            burst.carrying = False
-            self._busy(burst.checkpoint, -1)
-        self.close_checkpoint()
 
     def _finish(self, ckpt: "Checkpoint", unfinished: bool = False) -> None:
         """``save-end``: the checkpoint's counts and error, what it holds; ``unfinished``: a thread was still
@@ -677,45 +519,6 @@ class Recorder:
             fault=None if self.fault is None else self.fault.__dict__,
             **({"helper_of": os.getppid()} if self._spawned else {}),
         )
-
-
-class Checkpoint:
-    """The checkpoint being written: every save call between two steps, with its bytes and writes counted across them."""
-
-    def __init__(self, index: int, step: int) -> None:
-        self.index = index
-        self.step = step  # the step whose state it saves
-        self.began = time.time()
-        self.background: Optional[str] = None  # the thread writing it, when that is not the training thread
-        self.holders = 1  # threads (and tasks) writing it; it ends when the last lets go
-        self.busy = 0  # its save calls and moves in progress
-        self.idle_since = step  # the training step at which its last save call or move returned
-        self.bytes = 0
-        self.writes = 0
-        self.error: Optional[str] = None
-        self.scans: List[Dict[str, object]] = []
-        self.whole = False  # the current call saves a whole training state (model and optimizer) in one file
-        self.folders: set = set()  # where its files went: JSON state written beside them is part of it
-        self.tallies: List[Any] = []  # files the job opened into it (``writers.FileTally``)
-        self.payloads: List[Payload] = []  # its save calls into memory, whose bytes a file write may carry
-
-
-AWAITING_LIMIT = 4
-"""Checkpoints serialized into memory whose bytes a file write may still carry, at most (a job that serializes
-its state every step and never writes it keeps the latest)."""
-
-MEMORY = "memory"
-"""The ``via`` of a save call into an in-memory buffer (``io.BytesIO``): no file system sees its bytes."""
-
-PAYLOAD_HEAD = 4096
-"""Bytes kept from the start of a checkpoint serialized into memory, to recognise the file write that carries it."""
-
-
-class Payload(NamedTuple):
-    """A save call's bytes serialized into memory: their first bytes, and whether they hold a whole training state."""
-
-    head: bytes
-    whole: bool
 
 
 class _Save:

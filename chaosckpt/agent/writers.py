@@ -20,7 +20,8 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 from chaosckpt.agent import fileops, patches
 from chaosckpt.agent.faults import disk_full_error
-from chaosckpt.agent.recorder import Checkpoint, Payload, Recorder
+from chaosckpt.agent.bursts import Checkpoint, Payload
+from chaosckpt.agent.recorder import Recorder
 from chaosckpt.locations import location
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
