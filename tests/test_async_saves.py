@@ -188,3 +188,20 @@ def test_the_checkpoint_process_saves_are_its_rank_s_at_the_steps_handed_over():
     assert log.saver() is trainer and log.fault()["pid"] == 30
     assert [e["pid"] for e in log.save_ops()] == [30]
     assert log.ranks()[1].saves[0].step == 0
+
+
+def test_a_full_disk_dcp_gathered_from_the_ranks_is_the_background_error_the_job_noticed():
+    """DCP raises a CheckpointException holding each rank's failure, a copy that crossed ranks: a future that
+    raises it hands the job the background save's ENOSPC."""
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    from chaosckpt.agent.faults import disk_full_error
+
+    events, rec, model, opt = _job()
+    rec.background_error = disk_full_error()
+    rec.observed(CheckpointException("save failed", {1: (ValueError("other rank"), None)}))
+    assert rec.background_error is not None  # another rank's error is not this one
+    rec.observed(CheckpointException("save failed", {0: (disk_full_error(), None)}))
+    (event,) = [e for e in events.events if e["t"] == "background-error"]
+    assert event["fate"] == "observed" and "No space left on device" in event["error"]
+    assert rec.background_error is None

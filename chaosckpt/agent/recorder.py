@@ -126,12 +126,9 @@ class Recorder(Bursts):
     def observed(self, exc: Optional[BaseException]) -> None:
         """The job looked at ``exc`` (a future's result or exception, the exception it ended on): if it is the
         background save's fault, or one it caused, the job noticed it."""
-        seen = exc
-        while seen is not None and self.background_error is not None:
-            if seen is self.background_error:
-                self.emit("background-error", **self._error_fate("observed")["background_error"])
-                return
-            seen = seen.__cause__ or seen.__context__
+        error = self.background_error
+        if error is not None and exc is not None and _carries(exc, error):
+            self.emit("background-error", **self._error_fate("observed")["background_error"])
 
     def fire_pending(self) -> None:
         """Halt now if a save that was to be followed by a crash has returned."""
@@ -554,6 +551,20 @@ def _json_states(folders: set, since: float) -> List[object]:
             except (OSError, ValueError):
                 continue
     return states
+
+
+def _carries(exc: BaseException, error: BaseException, depth: int = 0) -> bool:
+    """Whether ``exc`` is ``error`` or was caused by it: chained (``raise ... from``, or raised while handling
+    it), or one of the per-rank failures DCP gathers into a ``CheckpointException`` (a copy that crossed ranks)."""
+    if depth > 20:
+        return False
+    if exc is error or type(exc) is type(error) and exc.args == error.args:
+        return True
+    failures = getattr(exc, "failures", None)
+    inner = [pair[0] for pair in failures.values() if isinstance(pair, tuple) and pair] \
+        if isinstance(failures, dict) else []
+    chained = [e for e in (exc.__cause__, exc.__context__, *inner) if isinstance(e, BaseException)]
+    return any(_carries(e, error, depth + 1) for e in chained)
 
 
 def _env_int(name: str) -> Optional[int]:
