@@ -54,7 +54,7 @@ def _open(layer: str, make: str) -> List[Patch]:
     return [Patch(layer, "builtins", "open", make), Patch(layer, "io", "open", make)]
 
 
-_DCP_PROCESS = "torch.distributed.checkpoint._async_process_executor"
+DCP_PROCESS = "torch.distributed.checkpoint._async_process_executor"
 """Where DCP's process-mode ``async_save`` hands the staged state to its checkpoint process."""
 
 TABLE: Tuple[Patch, ...] = (
@@ -116,9 +116,9 @@ TABLE: Tuple[Patch, ...] = (
     Patch("dcp", "torch.distributed.checkpoint", "load", "interpose.dcp_load"),
     Patch("dcp-state-dict", "torch.distributed.checkpoint.state_dict", "_init_optim_state",
           "interpose.hidden_step"),
-    Patch("dcp-process", f"{_DCP_PROCESS}._ProcessBasedAsyncCheckpointExecutor", "execute_save",
+    Patch("dcp-process", f"{DCP_PROCESS}._ProcessBasedAsyncCheckpointExecutor", "execute_save",
           "interpose.dcp_process_handoff"),
-    Patch("dcp-helper", f"{_DCP_PROCESS}._AsyncCheckpointProcess", "_checkpointing_subprocess",
+    Patch("dcp-helper", f"{DCP_PROCESS}._AsyncCheckpointProcess", "_checkpointing_subprocess",
           "runtime.checkpoint_process"),
     Patch("safetensors", "safetensors.torch", "save_file", "interpose.safetensors_save_file"),
     Patch("threads", "threading.Thread", "start", "threads.thread_start"),

@@ -88,7 +88,7 @@ def _install() -> None:
 
     import atexit
 
-    from chaosckpt.agent import faults, fileops, interpose, moves, threads, writers
+    from chaosckpt.agent import faults, fileops, interpose, moves, patches, threads, writers
     from chaosckpt.agent.channel import EventWriter
     from chaosckpt.agent.horizon import Horizon
     from chaosckpt.agent.recorder import Recorder
@@ -103,7 +103,7 @@ def _install() -> None:
     threads.install(rec)
     when_imported("torch.distributed.checkpoint", lambda: interpose.install_dcp(rec))
     when_imported("torch.distributed.checkpoint.state_dict", lambda: interpose.install_dcp_state_dict(rec))
-    when_imported(_DCP_PROCESS, lambda: interpose.install_dcp_process(rec))
+    when_imported(patches.DCP_PROCESS, lambda: interpose.install_dcp_process(rec))
     if fault is not None and fault.track is not None:  # every rank journals its files, not just the faulted one
         import tempfile
 
@@ -124,9 +124,6 @@ def _install() -> None:
 
     sys.excepthook = excepthook
     rec.hello()
-
-
-_DCP_PROCESS = "torch.distributed.checkpoint._async_process_executor"
 
 
 def checkpoint_process(install: Callable[[], None], original: Callable) -> Callable:
@@ -163,8 +160,10 @@ def start() -> None:
 
             refusals.install(EventWriter(os.environ[protocol.ENV_RUN_DIR], _rank()).emit)
     if not _started and role() == "mp-child":
+        from chaosckpt.agent import patches
+
         _started = True
-        when_imported(_DCP_PROCESS, _helper_hook)
+        when_imported(patches.DCP_PROCESS, _helper_hook)
     if _started or role() not in ("training", "launcher"):
         return
     _started = True
