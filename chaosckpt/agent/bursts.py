@@ -59,10 +59,11 @@ class Payload(NamedTuple):
 class Bursts:
     """The recorder's cross-thread part (``Recorder`` derives from it): each thread's ``Burst``, the checkpoints
     begun and not yet ended, and those whose bytes serialized into memory a file may still carry. It relies on
-    the recorder's ``step``, ``_stepper``, ``emit`` and ``_finish``."""
+    the recorder's ``step``, ``_stepper``, ``_digest_due``, ``emit`` and ``_finish``."""
 
     step: int
     _stepper: Optional[int]
+    _digest_due: bool
     emit: Callable[..., None]
     _finish: Callable[..., None]
 

@@ -5,7 +5,8 @@ A checkpoint belongs to the thread that writes it (``Burst``). A thread started,
 a save call writes for that save (DCP's writer threads); any other is handed the step at which it was given its
 data, which is the step an asynchronous save it makes snapshots. Its checkpoint ends when the thread or the task
 does, or when the thread waits for more work (``queue.Queue.get``). A thread that writes the bytes another
-thread serialized into memory for a checkpoint (a saver handed them) writes for that checkpoint. A future's ``result()`` or ``exception()`` that returns a background save's fault is the job noticing it.
+thread serialized into memory for a checkpoint (a saver handed them) writes for that checkpoint. A future's
+``result()`` or ``exception()`` that returns a background save's fault is the job noticing it.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def executor_submit(rec: Any, original: Callable) -> Callable:
 
 def queue_get(rec: Any, original: Callable) -> Callable:
     def get(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if rec._burst.checkpoint is not None:
+        if rec.checkpoint is not None:
             rec.guarded(rec.idle)
         return original(self, *args, **kwargs)
 
