@@ -1,6 +1,6 @@
 """chaosckpt's overhead, as ratios measured in one run: agent on / agent off.
 
-    python bench/run_bench.py            # all four measurements
+    python bench/run_bench.py            # all five measurements
     python bench/run_bench.py --quick    # fewer repetitions
 
 (a) optimizer-step time with the agent recording / without (goal <= 1.02);
@@ -9,7 +9,9 @@
 (c) process start-up: the agent's cost in ms per process, in one that imports
     torch and in one that never does (goal ~20 ms);
 (d) a checkpoint's other writers (open().write of 400 MB, then shutil.copyfile
-    of it) counted by the agent / plain (goal >= 0.95).
+    of it) counted by the agent / plain (goal >= 0.95);
+(e) training steps while a saver thread writes the checkpoint the training thread
+    serialized every 10 steps (an asynchronous save), agent / plain (goal <= 1.05).
 Runs alternate between the two configurations so drift hits both alike.
 """
 
@@ -81,6 +83,10 @@ def main() -> None:
         on, off = paired(["writers", "3", tmp], rounds, "writers_s", run_dir)
         print(f"(d) open().write + shutil.copyfile of 400 MB into a checkpoint: counted {2 * mb / on:.0f} MB/s / "
               f"plain {2 * mb / off:.0f} MB/s = {off / on:.3f} of the throughput  (goal >= 0.95)")
+
+        on, off = paired(["async", "60" if opts.quick else "150", tmp], rounds, "async_s", run_dir)
+        print(f"(e) steps with a saver thread writing every 10th step's checkpoint: agent {on * 1e3:.2f} ms / "
+              f"plain {off * 1e3:.2f} ms per step = {on / off:.3f}  (goal <= 1.05)")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,8 @@
 ``save``: throughput of torch.save(path) on a ~400 MB state dict.
 ``writers``: throughput of a checkpoint's other writers (open().write of ~400 MB in 1 MB writes, then a
 shutil.copyfile of it) inside a checkpoint that a torch.save opened.
+``async``: wall time of training steps of the ``step`` MLP that serialize the state into memory every 10 steps and
+hand it to a saver thread, which writes it to a file (temporary name, fsync, rename) while the training goes on.
 ``import`` / ``bare``: import torch, or nothing; the caller times the whole process (start-up cost).
 Prints one JSON object on stdout.
 """
@@ -25,13 +27,17 @@ from torch import nn
 torch.set_num_threads(1)
 torch.manual_seed(0)
 
-if sys.argv[1] == "step":
-    steps = int(sys.argv[2])
+
+def mlp():
+    """The ~10M-parameter MLP both step workloads train, its optimizer, and one batch."""
     model = nn.Sequential(nn.Linear(1024, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(),
                           nn.Linear(2048, 2048), nn.ReLU(), nn.Linear(2048, 256))
-    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
-    x = torch.randn(32, 1024)
-    y = torch.randn(32, 256)
+    return model, torch.optim.Adam(model.parameters(), lr=1e-4), torch.randn(32, 1024), torch.randn(32, 256)
+
+
+if sys.argv[1] == "step":
+    steps = int(sys.argv[2])
+    model, opt, x, y = mlp()
     times = []
     for i in range(steps + 5):
         start = time.perf_counter()
@@ -57,6 +63,41 @@ elif sys.argv[1] == "save":
         os.unlink(path)
     times.sort()
     print(json.dumps({"save_s": times[len(times) // 2], "bytes": nbytes}))
+
+elif sys.argv[1] == "async":
+    import io
+    import queue
+    import threading
+
+    steps, folder = int(sys.argv[2]), sys.argv[3]
+    model, opt, x, y = mlp()
+    work: "queue.Queue" = queue.Queue()
+
+    def saver():
+        while (data := work.get()) is not None:
+            tmp = os.path.join(folder, "async.pt.tmp")
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, os.path.join(folder, "async.pt"))
+
+    thread = threading.Thread(target=saver)
+    thread.start()
+    start = time.perf_counter()
+    for i in range(1, steps + 1):
+        loss = ((model(x) - y) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if i % 10 == 0:
+            buf = io.BytesIO()
+            torch.save({"model": model.state_dict(), "opt": opt.state_dict()}, buf)
+            work.put(buf.getbuffer())
+    elapsed = time.perf_counter() - start
+    work.put(None)
+    thread.join()
+    print(json.dumps({"async_s": elapsed / steps}))
 
 elif sys.argv[1] == "writers":
     import shutil
