@@ -8,6 +8,7 @@ import os
 import threading
 import time
 
+import pytest
 import torch
 
 from chaosckpt import protocol
@@ -190,18 +191,28 @@ def test_the_checkpoint_process_saves_are_its_rank_s_at_the_steps_handed_over():
     assert log.ranks()[1].saves[0].step == 0
 
 
-def test_a_full_disk_dcp_gathered_from_the_ranks_is_the_background_error_the_job_noticed():
-    """DCP raises a CheckpointException holding each rank's failure, a copy that crossed ranks: a future that
-    raises it hands the job the background save's ENOSPC."""
+def test_what_a_failed_background_task_raised_for_the_full_disk_is_the_error_the_job_noticed(tmp_path):
+    """DCP turns the ENOSPC of a shard write into a CheckpointException whose per-rank failures were pickled
+    across ranks (no chain back to the OSError): the exception the task ended on is what its future raises, and
+    that is the job noticing the full disk; another failure is not."""
     from torch.distributed.checkpoint.api import CheckpointException
 
-    from chaosckpt.agent.faults import disk_full_error
+    events, rec, model, opt = _job({"v": 1, "kind": "enospc", "save": 1, "at_write": 1})
+    _step(rec, opt)
+    raised = []
 
-    events, rec, model, opt = _job()
-    rec.background_error = disk_full_error()
-    rec.observed(CheckpointException("save failed", {1: (ValueError("other rank"), None)}))
-    assert rec.background_error is not None  # another rank's error is not this one
-    rec.observed(CheckpointException("save failed", {0: (disk_full_error(), None)}))
+    def task():
+        try:
+            _save(rec, {"w": torch.zeros(8)}, str(tmp_path / "shard.distcp"))
+        except OSError:
+            raised.append(CheckpointException("save failed", {0: (RuntimeError("unexpected pos"), None)}))
+            raise raised[0] from None
+
+    thread = _background(rec, lambda: pytest.raises(CheckpointException, threads._carried, rec,
+                                                      rec.handoff(task=True), task))
+    thread.join()
+    rec.observed(CheckpointException("save failed", {1: (RuntimeError("unexpected pos"), None)}))
+    assert not [e for e in events.events if e["t"] == "background-error"]
+    rec.observed(raised[0])
     (event,) = [e for e in events.events if e["t"] == "background-error"]
     assert event["fate"] == "observed" and "No space left on device" in event["error"]
-    assert rec.background_error is None

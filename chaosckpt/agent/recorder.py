@@ -66,6 +66,8 @@ class Recorder(Bursts):
         self._digest_due = False  # a thread or task was handed work: the next step's digest is of its state
         self._handed_digest: Optional[tuple] = None  # (step, digest) taken for a background save
         self.background_error: Optional[BaseException] = None  # the fault raised in a background save, its fate open
+        self._error_carriers: List[BaseException] = []  # it, and what the task it failed raised for it
+        self._error_thread: Optional[int] = None
         self._op_base = 0
         self._eval_done = False
         self.handoffs = 0  # states handed to DCP's checkpoint process
@@ -84,7 +86,8 @@ class Recorder(Bursts):
         self.emit("fault", **fields)
         error = faults.disk_full_error()
         if ckpt is not None and ckpt.background is not None:
-            self.background_error = error
+            self.background_error, self._error_carriers = error, [error]
+            self._error_thread = threading.get_ident()
         raise error
 
     def _in_flight(self, ckpt: "Checkpoint") -> Dict[str, object]:
@@ -126,9 +129,15 @@ class Recorder(Bursts):
     def observed(self, exc: Optional[BaseException]) -> None:
         """The job looked at ``exc`` (a future's result or exception, the exception it ended on): if it is the
         background save's fault, or one it caused, the job noticed it."""
-        error = self.background_error
-        if error is not None and exc is not None and _carries(exc, error):
+        if self.background_error is not None and exc is not None and any(
+                _carries(exc, carrier) for carrier in self._error_carriers):
             self.emit("background-error", **self._error_fate("observed")["background_error"])
+
+    def task_failed(self, exc: BaseException) -> None:
+        """A background task ends on ``exc``: when the fault failed that task's save, ``exc`` (whatever the save
+        made of the error: DCP's ``CheckpointException``) carries it to whoever reads the task's future."""
+        if self.background_error is not None and threading.get_ident() == self._error_thread:
+            self._error_carriers.append(exc)
 
     def fire_pending(self) -> None:
         """Halt now if a save that was to be followed by a crash has returned."""

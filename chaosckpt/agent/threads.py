@@ -95,5 +95,8 @@ def _carried(rec: Any, handoff: Handoff, fn: Callable, *args: Any, **kwargs: Any
     rec.guarded(rec.adopt, handoff)
     try:
         return fn(*args, **kwargs)
+    except BaseException as exc:
+        rec.guarded(rec.task_failed, exc)
+        raise
     finally:
         rec.guarded(rec.task_done, handoff)
