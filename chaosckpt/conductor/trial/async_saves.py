@@ -27,7 +27,8 @@ def unfinished_at_exit(saver: Optional[ProcessLog]) -> List[Finding]:
             f"the uninterrupted run exited while checkpoint {save.index} of step {save.step}{where} was still being "
             f"written in the background{by}: that checkpoint never landed, and a resume finds an older one or a "
             f"torn file; {WAIT_FOR_IT}",
-            {"save": save.index, "step": save.step, "thread": save.thread, "path": saver.shown(save.path or "")},
+            {"save": save.index, "step": save.step, "thread": save.thread,
+             "path": None if save.path is None else saver.shown(save.path)},
         ))
     return found
 
