@@ -216,3 +216,18 @@ def test_what_a_failed_background_task_raised_for_the_full_disk_is_the_error_the
     rec.observed(raised[0])
     (event,) = [e for e in events.events if e["t"] == "background-error"]
     assert event["fate"] == "observed" and "No space left on device" in event["error"]
+
+
+def test_the_event_files_keep_a_background_save_s_thread_and_its_error_s_fate(tmp_path):
+    """``save-thread`` names the saver of a checkpoint another thread serialized; ``background-error`` says the
+    job saw the fault's error: both must survive the reader (the robust saver's re-raised full disk read as never
+    noticed when they did not)."""
+    events = [{"v": protocol.SCHEMA_VERSION, "t": kind, "ts": float(i), "pid": 7, **fields} for i, (kind, fields) in
+              enumerate([("hello", {"rank": None}), ("save-begin", {"save": 1, "step": 6, "path": None, "via": "memory",
+                                                                   "digest": "d"}),
+                          ("save-thread", {"save": 1, "thread": "saver"}),
+                          ("background-error", {"error": "OSError: full", "fate": "observed"})])]
+    path = tmp_path / "events.x.7.jsonl"
+    path.write_bytes(b"".join(protocol.encode(e) for e in events))
+    log = _process(protocol.read_event_file(path))
+    assert log.saves[0].thread == "saver" and log.background_error["fate"] == "observed"
