@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
-from typing import List
+from typing import List, Optional
 
-from chaosckpt.conductor.results.result import Trial
+from chaosckpt.conductor.results.result import Finding, Trial
 from chaosckpt.conductor.trial.verdict import DIVERGENCE_CAUSES, cause
 
 REASONS = {
@@ -58,12 +58,13 @@ ASYNC_LEADS = {
     "exit-with-save-in-flight": lambda d: (f"the uninterrupted run exited while its checkpoint of step {d['step']} "
                                            "was still being written in the background, so it never landed"),
     "background-error-unobserved": lambda d: (f"the job never noticed the error that failed its background save "
-                                              f"and trained {d['steps_after']} more steps"),
+                                              f"and trained {d['steps_after']} more "
+                                              f"step{'s' if d['steps_after'] != 1 else ''}"),
 }
 """Findings about asynchronous saves that lead a failed trial's headline, each in a few words (from its details)."""
 
 
-def _story(trial: Trial, lead) -> str:
+def _story(trial: Trial, lead: Optional[Finding]) -> str:
     """What the trial found after its verdict: the lead finding, or where the resume started and how it went."""
     outcome, lg = trial.outcome, trial.last_good_step
     last_good = f"the last good checkpoint was step {lg}" if lg is not None else "no checkpoint had completed"
