@@ -219,8 +219,9 @@ class Recorder(Bursts):
         if self.horizon is not None and self.horizon.due(self.step):
             faults.halt(self.writer, event="stop", flag=protocol.STOP_FLAG_PREFIX, step=self.step)
         self.step += 1
-        for kept in [c for c in self._by_step.values() if not c.holders]:
-            self.guarded(self._let_go, kept)  # the training stepped on: nothing more is handed over for its step
+        if self._by_step:  # the training stepped on: nothing more is handed over for a kept checkpoint's step
+            for kept in [c for c in self._by_step.values() if not c.holders]:
+                self.guarded(self._let_go, kept)
         self.guarded(self._record_step, optimizer)
 
     def on_step_end(self, optimizer: torch.optim.Optimizer) -> None:
