@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+from chaosckpt.conductor.disk.sweep import first_failed
+
 REPO = Path(__file__).resolve().parent.parent
 SCENARIOS = ("kill9-mid-save", "enospc", "power-loss", "eval-left-on", "rank-epoch-skew")
 NODE_SCENARIOS = ("node-power-loss", "node-loss")
@@ -79,6 +81,9 @@ JOBS = {
     "async_thread_job": Job("tests/jobs/async_thread_job.py", "tests/jobs/async_thread_job.py", ()),
     "async_thread_daemon": Job("tests/jobs/async_thread_job.py --daemon", "tests/jobs/async_thread_job.py",
                                ("--daemon",)),
+    "scheduler_job": Job("tests/jobs/scheduler_job.py", "tests/jobs/scheduler_job.py", ()),
+    "scheduler_saved": Job("tests/jobs/scheduler_job.py --save-scheduler", "tests/jobs/scheduler_job.py",
+                           ("--save-scheduler",)),
 }
 
 SWEEP_JOBS = {
@@ -122,6 +127,11 @@ MIDEPOCH_REPLAY = ("a mid-epoch checkpoint (atomic) records only the epoch; the 
 MIDEPOCH_POSITION = "atomic save of the epoch and the position in it; the resume skips the batches already trained"
 DAEMON_EXIT = ("the reference run itself exits 0 while its daemon saver is still writing step 24's checkpoint (10 "
                "runs of 10): the final checkpoint never lands (async_thread_job.truth.md)")
+
+SCHEDULER = ("model, optimizer, RNG and step saved atomically, the LR scheduler not: a resume's new scheduler starts "
+             "the cosine again and the loss differs two steps after the checkpoint it took (scheduler_job.truth.md)")
+
+SCHEDULER_SAVED = "the scheduler saved too: the resume starts from the checkpoint it finds and reproduces"
 
 PRELOAD = ("a zero-gradient Adam step before the load, then the newest (atomic) checkpoint: every later loss matches "
            "(preload_job.truth.md)")
@@ -285,6 +295,18 @@ ROWS: List[Tuple[str, str, str, str, str]] = [
      "the saver fsyncs the file before the rename and the folder after it: last.pt is always a whole checkpoint"),
     ("async_thread_job", "eval-left-on", "PASSED", "last-good", "no dropout or batch norm: eval mode computes the same"),
     ("async_thread_job", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
+    ("scheduler_job", "kill9-mid-save", "FAILED", "last-good", SCHEDULER),
+    ("scheduler_job", "enospc", "FAILED", "last-good", "the full disk fails the temporary file, last.pt is intact; "
+     + SCHEDULER),
+    ("scheduler_job", "power-loss", "FAILED", "last-good", "fsynced, the checkpoint survives; " + SCHEDULER),
+    ("scheduler_job", "eval-left-on", "FAILED", "last-good", "no dropout or batch norm: eval mode computes the "
+     "same; " + SCHEDULER),
+    ("scheduler_job", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
+    ("scheduler_saved", "kill9-mid-save", "PASSED", "last-good", SCHEDULER_SAVED),
+    ("scheduler_saved", "enospc", "PASSED", "last-good", SCHEDULER_SAVED),
+    ("scheduler_saved", "power-loss", "PASSED", "last-good", SCHEDULER_SAVED),
+    ("scheduler_saved", "eval-left-on", "PASSED", "last-good", SCHEDULER_SAVED),
+    ("scheduler_saved", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
     ("async_thread_daemon", "kill9-mid-save", "FAILED", "last-good, exit-with-save-in-flight",
      "the resume takes the previous last.pt, whole; but " + DAEMON_EXIT),
     ("async_thread_daemon", "enospc", "FAILED", "survived, background-error-unobserved",
@@ -306,6 +328,9 @@ SWEEP_ROWS: List[Tuple[str, str, str, str, str]] = [
     ("cwd_ckpt_job", "power-loss", "PASSED", "last-good in every class",
      "its folder is the working directory: the crash points are the save's alone (not the data-preparation "
      "process's writes) and the rows list last.pt and last.pt.tmp, not the script or the data"),
+    ("scheduler_job", "power-loss", "FAILED",
+     "last-good (step 8), diverged at step 11 after before the save's first operation", SCHEDULER),
+    ("scheduler_saved", "power-loss", "PASSED", "last-good in every class", SCHEDULER_SAVED),
 ]
 """Rows run with ``--sweep``: every crash point of the save, one resume per class of crash state."""
 
@@ -370,9 +395,9 @@ def cause(trial: Dict) -> str:
 
 
 def sweep_cause(trial: Dict) -> str:
-    """What decided a sweep: the first resumed crash point that did not resume as last-good, and after which
-    operation; else that every class resumed as last-good."""
-    bad = next((p for p in trial["sweep"] if p.get("outcome") and not p["outcome"].startswith("last-good")), None)
+    """What decided a sweep: the first resumed crash point whose resume failed (did not start from the last good
+    checkpoint, or diverged), and after which operation; else that every class resumed as last-good."""
+    bad = first_failed(trial["sweep"])
     if bad is not None:
         return f"{bad['outcome'].split(':')[0]} after {bad['operation']}"
     return "last-good in every class" if trial["status"] == "passed" else "a crash state holds no loadable file"

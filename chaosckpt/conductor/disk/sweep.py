@@ -33,13 +33,24 @@ class CrashPoint:
     state_class: Optional[int] = None
     resumed: bool = False
     """A full resume ran on this point's disk state (one state of its class)."""
+    met: Optional[bool] = None
+    """Whether that resume met the scenario's expectation, judged as a trial's resume is."""
 
     def to_dict(self) -> CrashPointRecord:
         record = CrashPointRecord(op=self.op, operation=self.operation, state=self.state, files=self.files,
                                   outcome=self.outcome, resumed=self.resumed)
         if self.state_class is not None:
             record["state_class"] = self.state_class
+        if self.met is not None:
+            record["met"] = self.met
         return record
+
+
+def first_failed(points: List[CrashPointRecord]) -> Optional[CrashPointRecord]:
+    """The first crash point whose resume did not meet the scenario's expectation (in results written before
+    ``met`` was recorded: did not resume from the last good checkpoint)."""
+    return next((p for p in points if p.get("met") is False
+                 or "met" not in p and p["outcome"] and not p["outcome"].startswith("last-good")), None)
 
 
 def describe(op: Optional[dict], name: Callable[[str], str]) -> str:
@@ -74,18 +85,22 @@ class Sweep:
 
 
 def explore(initial: crash.Disk, ops: List[dict], in_save: Callable[[dict], bool], model: crash.Model,
-            name: Callable[[str], str], mine: Callable[[str], bool] = lambda p: True) -> Sweep:
+            name: Callable[[str], str], mine: Callable[[str], bool] = lambda p: True,
+            final: Optional[crash.Disk] = None, native: Optional[List[str]] = None) -> Sweep:
     """Crash before the save's first operation and after each of its operations (``in_save``); the others in
     ``ops`` change the disk but are no crash points. A row, and what tells states apart, hold the files ``mine``
     says are the checkpoint's; files the journal never saw written (``crash.unseen``) stand in every state as the
-    job left them."""
-    final = initial.fork()
-    for op in ops:
-        final.apply(op)
+    job left them. A sweep rebuilt from a suite's shared run takes that run's ``final`` disk and ``native`` files
+    (``crash.power_cut`` does the same): the copy of its sandbox has other inode numbers than its journal."""
+    if final is None:
+        final = initial.fork()
+        for op in ops:
+            final.apply(op)
     disk = initial.fork()
     sweep = Sweep()
     keys: Dict[Tuple, int] = {}
-    kept = [crash.Entry(path, path, os.path.getsize(path)) for path in crash.unseen(final)]
+    native = crash.unseen(final) if native is None else native
+    kept = [crash.Entry(path, path, os.path.getsize(path)) for path in native]
     window = [op for op in ops if in_save(op)]
 
     def crash_here(op: Optional[dict]) -> None:

@@ -109,11 +109,13 @@ class _CrashPoint(TypedDict):
 
 class CrashPointRecord(_CrashPoint, total=False):
     """One crash point of a sweep: after which operation, the disk state it leaves, the class of states a
-    restarted job cannot tell apart that it falls in, whether a resume ran on it, and that resume's outcome
-    (results written before classes existed hold neither ``state_class`` nor ``resumed``)."""
+    restarted job cannot tell apart that it falls in, whether a resume ran on it, that resume's outcome and
+    whether it met the scenario's expectation (results written before classes existed hold neither
+    ``state_class`` nor ``resumed``, and before ``met``, not that)."""
 
     state_class: int
     resumed: bool
+    met: bool
 
 
 @dataclass

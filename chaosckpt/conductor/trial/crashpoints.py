@@ -11,13 +11,16 @@ from chaosckpt.conductor.disk import crash, sweep
 from chaosckpt.conductor.disk.loadcheck import LoadChecker
 from chaosckpt.conductor.results.result import Finding
 from chaosckpt.conductor.runs import sandbox
-from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog, Save
-from chaosckpt.conductor.trial import render, score
+from chaosckpt.conductor.runs.runlog import RunLog, Save
+from chaosckpt.conductor.trial import render
 from chaosckpt.conductor.trial.arm import Armed
 from chaosckpt.conductor.trial.context import Context, rel
 from chaosckpt.conductor.trial.faulted import Faulted
 from chaosckpt.conductor.trial.measured import Measured
+from chaosckpt.conductor.trial.options import Stop
 from chaosckpt.conductor.trial.plan import resume_stop
+from chaosckpt.conductor.trial.resume import Resumed
+from chaosckpt.conductor.trial.scoring import met, score_trial
 
 
 class Swept(NamedTuple):
@@ -29,7 +32,7 @@ class Swept(NamedTuple):
     met: Optional[bool] = None
 
 
-def sweep_save(ctx: Context, ref: ProcessLog, armed: Armed, run: Faulted) -> Iterator[Swept]:
+def sweep_save(ctx: Context, reference: RunLog, armed: Armed, run: Faulted) -> Iterator[Swept]:
     """Every crash point of the save; what it measured before each resume and at its end, so that a trial one
     of the resumes stops keeps what the sweep had measured by then."""
     scen, work = ctx.scenario, armed.work
@@ -44,16 +47,16 @@ def sweep_save(ctx: Context, ref: ProcessLog, armed: Armed, run: Faulted) -> Ite
         return rel(path, work) or path
 
     sw = sweep.explore(armed.disk, run.log.save_ops(), _in_save(run, target), model, name,
-                       run.log.checkpoint_files())
+                       run.log.checkpoint_files(), armed.end, armed.native)
     checker = LoadChecker()
     try:
         sweep.classify(sw, sweep.check_states(sw, armed.roots, ctx.sandbox_root / "sweep-states", checker))
     finally:
         checker.close()
-    table = score.digest_table(run.proc, run.log.trainer(), ref)
+    judged = dataclasses.replace(run, completed=earlier, gone=[])  # each state's last good is the save before
     failed = False
     for state in sw.representatives[: ctx.opts.max_resumes]:
-        outcome, ok, recovered = _resume_state(ctx, armed, sw.states[state], state, table, last_good)
+        outcome, ok, recovered = _resume_state(ctx, reference, armed, judged, sw.states[state], state)
         failed |= not ok
         if recovered is not None:  # the most work any resumed state lost
             lost = max(measured.lost_steps or 0, (run.step or 0) - recovered)
@@ -61,7 +64,7 @@ def sweep_save(ctx: Context, ref: ProcessLog, armed: Armed, run: Faulted) -> Ite
             yield Swept(measured)
         for point in sw.points:
             if point.state == state:
-                point.outcome, point.resumed = outcome, True
+                point.outcome, point.resumed, point.met = outcome, True, ok
     unloadable = [
         i for i in range(len(sw.states))
         if not any(f.get("loads") for p in sw.points if p.state == i for f in p.files)
@@ -78,20 +81,28 @@ def _in_save(run: Faulted, target: Save) -> Callable[[dict], bool]:
     return lambda op: op["pid"] in first and op["n"] >= first[op["pid"]]
 
 
-def _resume_state(ctx: Context, armed: Armed, entries: List[crash.Entry], state: int, table: score.DigestTable,
-                  last_good: Optional[int]) -> Tuple[str, bool, Optional[int]]:
-    """Rebuild one disk state in a fresh sandbox and resume the job there: its outcome in words, whether it met
-    the scenario's expectation, and the step it resumed from."""
+def _resume_state(ctx: Context, reference: RunLog, armed: Armed, run: Faulted, entries: List[crash.Entry],
+                  state: int) -> Tuple[str, bool, Optional[int]]:
+    """Rebuild one disk state in a fresh sandbox and resume the job there, judged as a trial's resume is (where
+    it started, then whether it reproduced the uninterrupted run, ``scoring.met``): its outcome in words, whether
+    it met the scenario's expectation, and the step it resumed from."""
     work = armed.work
     box = sandbox.create(work, ctx.sandbox_root / f"sweep-{state}")
     crash.materialize(entries, armed.roots, lambda p: str(box / os.path.relpath(p, work.resolve())))
     result = ctx.launch(f"resume-state-{state}", ctx.opts.resume_command, box, stop=resume_stop(ctx))
-    rec = score.recovery(RunLog.read(result.events_dir), result.returncode, score.tail_line(result.stderr),
-                         last_good, table)
-    outcome = rec.outcome + (f" (step {rec.recovered_step})" if rec.recovered_step is not None else "")
-    if rec.error:
-        outcome += f": {render.describe_error(rec.error, rec.error_path is not None)}"
-    return outcome, rec.outcome in ctx.scenario.expect.recovered, rec.recovered_step
+    scored = score_trial(ctx, reference, dataclasses.replace(armed, work=box), run,
+                         Resumed(result, RunLog.read(result.events_dir)))
+    measured = scored.measured
+    outcome = measured.outcome + (f" (step {measured.recovered_step})" if measured.recovered_step is not None else "")
+    if measured.error:
+        outcome += f": {render.describe_error(measured.error, measured.error_path is not None)}"
+    elif measured.reproduced is False:
+        outcome += f", diverged at step {measured.first_divergent_step}"
+    try:
+        ok = met(ctx, scored)
+    except Stop as stop:
+        outcome, ok = f"{outcome}, not judged: {stop.detail}", False
+    return outcome, ok, measured.recovered_step
 
 
 def _summary(ctx: Context, sw: sweep.Sweep, save: int, unloadable: List[int]) -> List[Finding]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import List, Optional
 
+from chaosckpt.conductor.disk import sweep
 from chaosckpt.conductor.results.result import Finding, Trial
 from chaosckpt.conductor.trial.verdict import DIVERGENCE_CAUSES, cause
 
@@ -43,7 +44,7 @@ def headline(trial: Trial) -> str:
         return f"INCONCLUSIVE {name}: {REASONS.get(trial.reason, trial.reason)}: {trial.detail}"
     verdict = "PASSED" if trial.passed else "FAILED"
     if trial.sweep is not None:
-        bad = next((p for p in trial.sweep if p["outcome"] and not p["outcome"].startswith("last-good")), None)
+        bad = sweep.first_failed(trial.sweep)
         summary = next(f.message for f in trial.findings if f.kind == "sweep")
         if bad is None:
             return f"{verdict} {name} sweep: {summary}"
@@ -126,9 +127,7 @@ def text(trial: Trial) -> List[str]:
         tag = " (ignored)" if finding.ignored else " (note)" if finding.severity == "note" else ""
         lines.append(f"  - {finding.kind}{tag}: {finding.message}")
     if trial.sweep is not None:
-        from chaosckpt.conductor.disk.sweep import CrashPoint, table
-
-        lines.extend(table([CrashPoint(**p) for p in trial.sweep]))
+        lines.extend(sweep.table([sweep.CrashPoint(**p) for p in trial.sweep]))
     if trial.results_dir:
         lines.append(f"  results and logs: {os.path.relpath(trial.results_dir)}")
     return lines

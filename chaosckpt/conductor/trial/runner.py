@@ -8,7 +8,7 @@ from typing import Optional
 
 from chaosckpt.conductor.results.result import Trial
 from chaosckpt.conductor.runs import preflight, sandbox
-from chaosckpt.conductor.runs.runlog import ProcessLog
+from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog
 from chaosckpt.conductor.scenario import Scenario
 from chaosckpt.conductor.trial import assembly, async_saves, score, shared
 from chaosckpt.conductor.trial.aftermath import aftermath
@@ -60,7 +60,7 @@ class TrialRunner:
         run = shared.rebuild(ctx, armed, self.opts.prefix) if self.opts.prefix is not None else None
         steps.faulted = run = run or faulted(ctx, armed, ref_log)
         if self.opts.sweep:
-            return self._sweep(ref_log.trainer(), armed, run)
+            return self._sweep(ref_log, armed, run)
         steps.aftermath = aftermath(ctx, armed, run)
         if steps.aftermath is not None:
             steps.faulted = run = steps.aftermath.applied(run)
@@ -77,7 +77,7 @@ class TrialRunner:
         self.steps.measured = measured.found(*async_saves.unobserved_error(run.proc, armed.shown, later))
         return survivor_met(self.ctx, self.steps.measured)
 
-    def _sweep(self, ref: ProcessLog, armed: Armed, run: Faulted) -> bool:
+    def _sweep(self, ref: RunLog, armed: Armed, run: Faulted) -> bool:
         """The sweep ending, keeping what it measured as it goes."""
         swept = None
         for swept in sweep_save(self.ctx, ref, armed, run):

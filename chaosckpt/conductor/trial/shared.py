@@ -157,8 +157,9 @@ def _mover(prefix_work: Path, work: Path) -> Callable[[str], str]:
     prefix_work = prefix_work.resolve()
 
     def moved(path: str) -> str:
-        inside = path == str(prefix_work) or path.startswith(str(prefix_work) + os.sep)
-        return str(work.resolve() / os.path.relpath(path, prefix_work)) if inside else path
+        normal = os.path.normpath(path)  # ``box/../keep`` is not in the sandbox
+        inside = normal == str(prefix_work) or normal.startswith(str(prefix_work) + os.sep)
+        return str(work.resolve() / os.path.relpath(normal, prefix_work)) if inside else path
 
     return moved
 
@@ -169,25 +170,33 @@ def _journaled(ctx: Context, armed: Armed, prefix: Path, stored: dict) -> Option
     record = _record(stored)
     whole = [protocol.read_event_file(path) for path in protocol.event_files(Path(record.events))]
     initial = crash.Disk.from_dict(json.loads((prefix / DISK).read_text()))
-    final = initial.fork()
-    for op in RunLog.of(whole).ops():
-        final.apply(op)
-    native = crash.unseen(final)
+    moved = _mover(Path(stored["work"]), armed.work)
+    disk, end, native = journal_in(initial, RunLog.of(whole).ops(), moved)
     at_op = armed.fault.get("at_op")
     files = whole if at_op is None else _cut_at_op(whole, at_op)
     if files is None or (native and files is not whole):  # past the shared run's end; or files it cannot date
         return None
-    moved = _mover(Path(stored["work"]), armed.work)
     log = RunLog.of([[_moved_event(e, moved) for e in events] for events in files])
     proc, step = score.fault_point(log)
     if proc is None:
         return None
     _adopt(Path(stored["work"]), armed.work)
-    armed.disk, armed.end = initial.relocated(moved), final.relocated(moved)
-    armed.native = [moved(p) for p in native]
+    armed.disk, armed.end, armed.native = disk, end, native
     ctx.runs.append(record)
     run = caught(ctx, armed, None, log, proc, step)
     return dataclasses.replace(run, fault={**run.fault, "shared": str(prefix)})
+
+
+def journal_in(initial: crash.Disk, ops: List[dict], moved: Callable[[str], str]) -> Tuple[crash.Disk, crash.Disk,
+                                                                                          List[str]]:
+    """A shared run's journal as a trial's sandbox sees it (``moved``): the disk it started from, the disk at its
+    end (where each file's data is), and the files it never saw written. The files are told apart in the shared
+    run's own sandbox, by the inode numbers its journal recorded; a copy of that sandbox has others."""
+    final = initial.fork()
+    for op in ops:
+        final.apply(op)
+    native = crash.unseen(final)
+    return initial.relocated(moved), final.relocated(moved), [moved(p) for p in native]
 
 
 def _cut_at_op(files: List[List[dict]], at_op: int) -> Optional[List[List[dict]]]:
