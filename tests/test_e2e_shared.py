@@ -1,18 +1,23 @@
-"""A suite's kills and power losses inside one save share one journaled faulted run: the verdicts are those
-of trials run alone, and the job runs up to the fault once."""
+"""A suite's kills, power losses and sweeps inside one save share one journaled faulted run: the verdicts are
+those of trials run alone (with their own faulted runs, with a fresh and a cached reference, as ``chaosckpt run``),
+and the job runs up to the fault once. ``bench/equivalence.py`` checks the same on every row of the verdict table."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
 from typing import Dict, List
 
 import pytest
 
 from conftest import REPO, run_chaosckpt
+from test_verdict_table import table
 
 pytestmark = pytest.mark.e2e
+sys.path.insert(0, str(REPO / "bench"))
+import equivalence  # noqa: E402  (the bench's signature of a verdict)
 
 KILLS = """
 command = "train.py --epochs 2"
@@ -37,7 +42,14 @@ params = { save = 2 }
 scenario = "power-loss"
 id = "strict-op-2"
 params = { save = 2, op = 2, model = "strict" }
+[[scenarios]]
+scenario = "power-loss"
+id = "sweep"
+params = { save = 2, model = "strict" }
+sweep = true
 """
+"""The power losses of save 2 of the naive job, and the sweep of it that once resumed a disk of the shared run's
+end in every crash state ("last-good (step 32)" where nothing was ever fsynced)."""
 
 
 def suite(tmp_path: Path, job: str, *flags: str, config: str = KILLS) -> Path:
@@ -88,9 +100,13 @@ def test_kills_in_one_save_share_one_faulted_run_and_get_the_verdicts_of_trials_
     assert len(set(faulted_runs(alone))) == 2 and not (alone / "prefixes").exists()
 
 
-def test_power_losses_in_one_save_share_one_faulted_run_and_get_the_verdicts_and_findings_of_trials_run_alone(tmp_path):
+def test_power_losses_and_a_sweep_in_one_save_share_one_faulted_run_and_get_the_verdicts_of_trials_run_alone(
+        tmp_path):
     shared = suite(tmp_path, "naive_train.py", config=POWER_LOSSES)
     alone = suite(tmp_path, "naive_train.py", "--no-share", config=POWER_LOSSES)
+    res = run_chaosckpt(["run", "--json", "-s", "power-loss", "-p", "save=2", "-p", "model=strict", "--sweep", "--",
+                         "train.py", "--epochs", "2"], cwd=tmp_path / "project")
+    run = json.loads(res.stdout)["trials"][0]
 
     def judged(folder: Path) -> Dict[str, tuple]:
         out = {}
@@ -98,15 +114,29 @@ def test_power_losses_in_one_save_share_one_faulted_run_and_get_the_verdicts_and
             fault = {k: v for k, v in trial["fault"].items() if k != "shared"}
             out[Path(trial["results_dir"]).name] = (
                 trial["status"], trial["outcome"], trial["recovered_step"], trial["lost_steps"], trial["last_good_step"],
-                trial["reproduced"], trial["error"], trial["error_path"], fault,
+                trial["reproduced"], trial["error"], trial["error_path"], fault, trial["sweep"],
                 [(f["kind"], f["message"]) for f in trial["findings"]])
         return out
 
     assert judged(shared) == judged(alone)
     assert {v[0] for v in judged(shared).values()} == {"failed"}
-    assert all("acknowledged-checkpoint-lost" in [f[0] for f in v[-1]] for v in judged(shared).values())
+    assert all("acknowledged-checkpoint-lost" in [f[0] for f in v[-1]] for k, v in judged(shared).items() if k != "sweep")
     assert judged(shared)["strict-op-2"][8]["op"] != judged(shared)["returned"][8].get("op")
+    sweep = next(t for t in json.loads((shared / "result.json").read_text())["trials"] if t["scenario"].endswith("sweep"))
+    assert equivalence.signature(sweep) == equivalence.signature(run)
+    assert {p["outcome"] for p in sweep["sweep"]} == {"scratch (step 0)"}  # nothing of the naive save was fsynced
     runs = faulted_runs(shared)
-    assert len(runs) == 2 and len(set(runs)) == 1 and Path(runs[0]).is_relative_to(shared / "prefixes" / "save-2")
+    assert len(runs) == 3 and len(set(runs)) == 1 and Path(runs[0]).is_relative_to(shared / "prefixes" / "save-2")
     assert not (shared / "prefixes" / "save-2" / "sandboxes").exists()
-    assert len(set(faulted_runs(alone))) == 2
+    assert len(set(faulted_runs(alone))) == 3
+
+
+def test_a_verdict_table_row_gives_one_verdict_alone_cached_in_a_shared_suite_and_in_one_of_its_own(tmp_path):
+    """The scheduler job's sweep: each crash state resumes from the checkpoint it holds and diverges, as the plain
+    trial does; a sweep judged only by where it resumed passed it in a suite and failed it alone."""
+    job = table.JOBS["scheduler_job"]
+    got = equivalence.run_ways(job, "power-loss", True, tmp_path)
+
+    assert equivalence.judge(got) == (True, "failed"), equivalence.judge(got)
+    assert got["suite"]["fault"].get("shared")
+    assert "shared" not in got["no-share"]["fault"]

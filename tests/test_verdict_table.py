@@ -61,3 +61,12 @@ def test_a_sweep_s_cause_is_the_first_crash_point_that_did_not_resume_as_last_go
     unloadable = {"status": "failed", "sweep": points[:2], "findings": []}
     assert [table.cause(t) for t in (failed, passed, unloadable)] == [
         "crashed after unlink ckpt/last.pt", "last-good in every class", "a crash state holds no loadable file"]
+
+
+def test_a_sweep_s_cause_is_a_resume_that_started_from_the_last_good_checkpoint_but_did_not_reproduce():
+    points = [{"operation": "write 1024 B to ckpt/tmp.pt", "outcome": None},
+              {"operation": "fsync ckpt/tmp.pt", "outcome": "last-good (step 8), diverged at step 11", "met": False},
+              {"operation": "rename ckpt/tmp.pt -> ckpt/last.pt", "outcome": "last-good (step 16)", "met": True}]
+    assert table.cause({"status": "failed", "sweep": points, "findings": []}) == (
+        "last-good (step 8), diverged at step 11 after fsync ckpt/tmp.pt")
+    assert table.cause({"status": "passed", "sweep": points[2:], "findings": []}) == "last-good in every class"

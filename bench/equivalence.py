@@ -1,0 +1,142 @@
+"""One verdict however a trial is run: each row of the verdict table run four ways, their verdicts compared.
+
+    python bench/equivalence.py                        # every row of the verdict table (hours on 2 cores)
+    python bench/equivalence.py --only sweep           # the rows whose job or scenario contains a word
+    python bench/equivalence.py --markdown eq.md       # also write the Markdown table to a file
+
+The four ways, in one scratch project per row:
+
+- ``alone``: ``chaosckpt run`` with a fresh reference run;
+- ``cached``: ``chaosckpt run`` again, which reuses the reference the first one cached (a second run, too);
+- ``suite``: ``chaosckpt suite`` of the trial beside a twin of it, which share one faulted run when the trial's
+  fault can be rebuilt from a shared run (a kill or power loss in a numbered save of a one-process job);
+- ``no-share``: the same suite with ``--no-share``, each trial with its own faulted run.
+
+What must be the same (``signature``): the verdict, the outcome, the step recovered, the steps lost, each crash
+point's outcome in a sweep, and the kinds of the findings. Exit 1 when a row's four signatures differ.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import verdict_table
+from verdict_table import REPO, Job
+
+from chaosckpt.conductor import scenario as scenarios
+from chaosckpt.conductor.trial import shared
+
+WAYS = ("alone", "cached", "suite", "no-share")
+
+
+def signature(trial: Dict) -> Tuple:
+    """What must not change with the way a trial is run."""
+    sweep = tuple((p["op"], p.get("outcome")) for p in trial.get("sweep") or ())
+    return (trial["status"], trial.get("reason"), trial.get("outcome"), trial.get("recovered_step"),
+            trial.get("lost_steps"), sweep, tuple(sorted({f["kind"] for f in trial.get("findings", ())})))
+
+
+def differences(signatures: Dict[str, Tuple]) -> List[str]:
+    """Each way whose signature is not the first way's, with the fields that differ."""
+    names = ("verdict", "reason", "outcome", "recovered step", "lost steps", "sweep outcomes", "finding kinds")
+    first, *others = signatures
+    out = []
+    for way in others:
+        fields = [n for n, a, b in zip(names, signatures[first], signatures[way]) if a != b]
+        if fields:
+            out.append(f"{way} differs from {first} in {', '.join(fields)}")
+    return out
+
+
+def project(job: Job, folder: Path) -> Path:
+    """A scratch project holding the job as ``train.py``."""
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    shutil.copy(REPO / job.path, folder / "train.py")
+    return folder
+
+
+def config(job: Job, scenario: str, sweep: bool) -> str:
+    """The suite's configuration: the trial, and its twin where the two can share one faulted run."""
+    twin = shared.shareable(scenarios.load(scenario), job.nproc) is not None
+    entries = [f'{{ scenario = "{scenario}", id = "{i}"{", sweep = true" if sweep else ""} }}'
+               for i in (["trial", "twin"] if twin else ["trial"])]
+    return (f"command = {json.dumps(shlex.join(['train.py', *job.args]))}\nnproc = {job.nproc}\ntimeout = 300\n"
+            f"scenarios = [{', '.join(entries)}]\n")
+
+
+def chaosckpt(args: Sequence[str], cwd: Path) -> Optional[Dict]:
+    """One chaosckpt invocation's trial named ``trial`` (or its only one); None when it gave no result."""
+    proc = subprocess.run([sys.executable, "-m", "chaosckpt", *args, "--json"], cwd=cwd, capture_output=True,
+                          text=True, timeout=3600)
+    try:
+        trials = json.loads(proc.stdout)["trials"]
+    except (ValueError, KeyError):
+        return None
+    named = [t for t in trials if Path(t.get("results_dir") or "").name == "trial"]
+    return (named or trials or [None])[0]
+
+
+def run_ways(job: Job, scenario: str, sweep: bool, scratch: Path) -> Dict[str, Optional[Dict]]:
+    """The row's trial run each way (``WAYS``), in one scratch project."""
+    folder = project(job, scratch / "project")
+    run = ["run", "train.py", "-s", scenario, "--timeout", "300", "--out", str(scratch / "results")]
+    run += ["--nproc", str(job.nproc)] if job.nproc > 1 else []
+    run += ["--sweep"] if sweep else []
+    run += ["--", *job.args]
+    got = {"alone": chaosckpt(run, folder), "cached": chaosckpt(run, folder)}
+    (folder / "chaosckpt.toml").write_text(config(job, scenario, sweep))
+    suite = ["suite", "--out", str(scratch / "results")]
+    got["suite"] = chaosckpt(suite, folder)
+    got["no-share"] = chaosckpt([*suite, "--no-share"], folder)
+    return got
+
+
+def judge(got: Dict[str, Optional[Dict]]) -> Tuple[bool, str]:
+    """Whether every way gave the same signature, and what differed (or the verdict they agree on)."""
+    missing = [way for way, trial in got.items() if trial is None]
+    if missing:
+        return False, f"no result from {', '.join(missing)}"
+    signatures = {way: signature(trial) for way, trial in got.items()}
+    diff = differences(signatures)
+    return (False, "; ".join(diff)) if diff else (True, signatures["alone"][0])
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="", help="run only rows whose job or scenario contains this text")
+    parser.add_argument("--markdown", type=Path, help="also write the Markdown table to this file")
+    args = parser.parse_args(argv)
+    jobs = {**verdict_table.JOBS, **verdict_table.SWEEP_JOBS}
+    table = [(*r[:3], False) for r in verdict_table.ROWS] + [(*r[:3], True) for r in verdict_table.SWEEP_ROWS]
+    rows = [(key, scen, sweep) for key, scen, expected, sweep in table if expected != "REFUSED" and (
+        args.only in key or args.only in verdict_table.shown(scen, sweep) or args.only in jobs[key].path)]
+    lines = ["| job | scenario | same in every way | verdict or difference |", "|---|---|---|---|"]
+    same = 0
+    with tempfile.TemporaryDirectory(prefix="equivalence-") as tmp:
+        for index, (key, scen, sweep) in enumerate(rows):
+            started = time.monotonic()
+            ok, what = judge(run_ways(jobs[key], scen, sweep, Path(tmp) / str(index)))
+            same += ok
+            shown = verdict_table.shown(scen, sweep)
+            lines.append(f"| {jobs[key].name} | {shown} | {'yes' if ok else '**no**'} | {what} |")
+            print(f"[{index + 1}/{len(rows)}] {jobs[key].name} x {shown}: {'same' if ok else 'DIFFERENT'} ({what}) "
+                  f"in {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
+    lines += ["", f"{same} of {len(rows)} rows give one verdict in every way ({', '.join(WAYS)})."]
+    print("\n".join(lines))
+    if args.markdown:
+        args.markdown.write_text("\n".join(lines) + "\n")
+    return 0 if same == len(rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
