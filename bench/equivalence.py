@@ -76,13 +76,13 @@ def config(job: Job, scenario: str, sweep: bool) -> str:
 
 def chaosckpt(args: Sequence[str], cwd: Path) -> Optional[Dict]:
     """One chaosckpt invocation's trial named ``trial`` (or its only one); None when it gave no result."""
-    proc = subprocess.run([sys.executable, "-m", "chaosckpt", *args, "--json"], cwd=cwd, capture_output=True,
-                          text=True, timeout=3600)
+    proc = subprocess.run([sys.executable, "-m", "chaosckpt", args[0], "--json", *args[1:]], cwd=cwd,
+                          capture_output=True, text=True, timeout=3600)
     try:
         trials = json.loads(proc.stdout)["trials"]
     except (ValueError, KeyError):
         return None
-    named = [t for t in trials if Path(t.get("results_dir") or "").name == "trial"]
+    named = [t.get("result") for t in trials if t.get("id") == "trial"]  # a suite's: its id, then its result
     return (named or trials or [None])[0]
 
 

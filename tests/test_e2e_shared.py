@@ -122,7 +122,8 @@ def test_power_losses_and_a_sweep_in_one_save_share_one_faulted_run_and_get_the_
     assert {v[0] for v in judged(shared).values()} == {"failed"}
     assert all("acknowledged-checkpoint-lost" in [f[0] for f in v[-1]] for k, v in judged(shared).items() if k != "sweep")
     assert judged(shared)["strict-op-2"][8]["op"] != judged(shared)["returned"][8].get("op")
-    sweep = next(t for t in json.loads((shared / "result.json").read_text())["trials"] if t["scenario"].endswith("sweep"))
+    sweep = next(t for t in json.loads((shared / "result.json").read_text())["trials"]
+                 if Path(t["results_dir"]).name == "sweep")
     assert equivalence.signature(sweep) == equivalence.signature(run)
     assert {p["outcome"] for p in sweep["sweep"]} == {"scratch (step 0)"}  # nothing of the naive save was fsynced
     runs = faulted_runs(shared)
