@@ -127,7 +127,7 @@ PRELOAD = ("a zero-gradient Adam step before the load, then the newest (atomic) 
            "(preload_job.truth.md)")
 
 ROWS: List[Tuple[str, str, str, str, str]] = [
-    # job, scenario, expected verdict, expected cause, why
+    # job, scenario (and any -p KEY=VALUE it carries), expected verdict, expected cause, why
     ("robust_train", "kill9-mid-save", "PASSED", "last-good", "temporary file, fsync, rename, directory fsync"),
     ("robust_train", "enospc", "PASSED", "last-good", "the full disk fails the temporary file; last.pt is intact"),
     ("robust_train", "power-loss", "PASSED", "last-good", "data and name are fsynced before the save returns"),
@@ -196,6 +196,9 @@ ROWS: List[Tuple[str, str, str, str, str]] = [
      "the full disk fails the write of the in-memory checkpoint over last.pt, never the BytesIO"),
     ("membuf_job", "power-loss", "FAILED", "crashed, acknowledged-checkpoint-lost", "no fsync: last.pt comes back empty"),
     ("membuf_job", "eval-left-on", "FAILED", "last-good, eval-mode-in-training", "never calls model.train()"),
+    ("membuf_job", "enospc -p free_bytes=0", "FAILED", "crashed, torn-checkpoint",
+     "the disk stays full from save 2's start: write_bytes opens last.pt with O_TRUNC and its one write fails, "
+     "leaving 0 bytes (the in-place save is named: membuf_job.truth.md)"),
     ("membuf_job", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
     ("membuf_robust", "kill9-mid-save", "PASSED", "last-good",
      "the in-memory checkpoint goes to a temporary file, fsynced, renamed over last.pt, folder fsynced"),
@@ -378,13 +381,20 @@ def sweep_cause(trial: Dict) -> str:
     return "last-good in every class" if trial["status"] == "passed" else "a crash state holds no loadable file"
 
 
+def scenario_args(scenario: str) -> List[str]:
+    """A row's scenario as ``chaosckpt run`` arguments: its name, then the ``-p KEY=VALUE`` parameters a row may
+    carry after it (``enospc -p free_bytes=0``: a second row of a job under one scenario)."""
+    name, *params = scenario.split(" -p ")
+    return ["-s", name, *(arg for param in params for arg in ("-p", param))]
+
+
 def run_row(job: Job, scenario: str, scratch: Path, sweep: bool = False) -> Tuple[str, str, str]:
     """Run one trial (``sweep``: with ``--sweep``); (verdict, cause, headline)."""
     folder = scratch / "project"
     shutil.rmtree(scratch, ignore_errors=True)
     folder.mkdir(parents=True)
     shutil.copy(REPO / job.path, folder / "train.py")
-    argv = [sys.executable, "-m", "chaosckpt", "run", "train.py", "-s", scenario, "--json", "--out",
+    argv = [sys.executable, "-m", "chaosckpt", "run", "train.py", *scenario_args(scenario), "--json", "--out",
             str(scratch / "results"), "--timeout", "300"]
     if job.nproc > 1:
         argv += ["--nproc", str(job.nproc)]
