@@ -67,6 +67,7 @@ JOBS = {
     "bestcopy_job": Job("tests/jobs/bestcopy_job.py", "tests/jobs/bestcopy_job.py", ()),
     "ema_job": Job("tests/jobs/ema_job.py", "tests/jobs/ema_job.py", ()),
     "ema_job_model": Job("tests/jobs/ema_job.py --load model", "tests/jobs/ema_job.py", ("--load", "model")),
+    "ema_module_job": Job("tests/jobs/ema_module_job.py", "tests/jobs/ema_module_job.py", ()),
     "midepoch_job": Job("tests/jobs/midepoch_job.py", "tests/jobs/midepoch_job.py", ()),
     "midepoch_replay": Job("tests/jobs/midepoch_job.py --resume epoch-start", "tests/jobs/midepoch_job.py",
                            ("--resume", "epoch-start")),
@@ -229,6 +230,18 @@ ROWS: List[Tuple[str, str, str, str, str]] = [
     ("ema_job_model", "power-loss", "PASSED", "last-good", "data and name fsynced before the save returns"),
     ("ema_job_model", "eval-left-on", "PASSED", "last-good", "no dropout or batch norm: eval mode computes the same"),
     ("ema_job_model", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
+    ("ema_module_job", "kill9-mid-save", "FAILED", "unknown-state, resumed-other-weights",
+     "last.pt is atomic and survives; the resume, as Ultralytics', takes the model's weights from ckpt['ema'], a "
+     "half-precision module pickled whole (ema_module_job.truth.md)"),
+    ("ema_module_job", "enospc", "FAILED", "unknown-state, resumed-other-weights",
+     "the full disk fails the temporary file; the resume loads last.pt's half-precision EMA module into the model"),
+    ("ema_module_job", "power-loss", "FAILED", "unknown-state, resumed-other-weights",
+     "file and folder fsynced at every save: last.pt survives whole (no acknowledged-checkpoint-lost); the resume "
+     "loads its half-precision EMA module into the model"),
+    ("ema_module_job", "eval-left-on", "FAILED", "unknown-state, resumed-other-weights",
+     "the resume loads the half-precision EMA module into the model (no dropout or batch norm: eval mode changes "
+     "nothing)"),
+    ("ema_module_job", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
     ("midepoch_job", "kill9-mid-save", "FAILED", "last-good, steps-skipped", MIDEPOCH_SKIP),
     ("midepoch_job", "enospc", "FAILED", "last-good, steps-skipped", MIDEPOCH_SKIP),
     ("midepoch_job", "power-loss", "FAILED", "last-good, steps-skipped",

@@ -83,15 +83,11 @@ def recovered(ctx: Context, ref: ProcessLog, armed: Armed, run: Faulted, resumed
                         error=rec.error, error_path=rel(rec.error_path, armed.work), lost_steps=lost)
     taken = provenance.weights_taken(resumed.log.trainer(), armed.shown) \
         if rec.outcome == "unknown-state" else []
-    traced = any(f.kind == "resumed-other-weights" for f in taken)
-    return measured.found(*_damage(ctx, armed, run, resumed, measured, traced), *taken)
+    return measured.found(*_damage(ctx, armed, run, resumed, measured), *taken)
 
 
-def _damage(ctx: Context, armed: Armed, run: Faulted, resumed: Resumed, measured: Measured,
-            traced: bool = False) -> List[Finding]:
-    """What the fault did to the files the resume found, and a resume that did not resume (``traced``: the
-    resume's weights came from another tensor set of a file it loaded, so a power loss took no checkpoint the
-    crash model does not show losing)."""
+def _damage(ctx: Context, armed: Armed, run: Faulted, resumed: Resumed, measured: Measured) -> List[Finding]:
+    """What the fault did to the files the resume found, and a resume that did not resume."""
     found = []
     if measured.outcome == "scratch" and ctx.opts.resume_command == ctx.opts.command:
         found.append(Finding(
@@ -105,8 +101,7 @@ def _damage(ctx: Context, armed: Armed, run: Faulted, resumed: Resumed, measured
     power_lost = armed.disk is not None and ctx.scenario.kind.needs_aftermath and run.completed
     if power_lost and measured.outcome != "last-good":
         lost = lost_checkpoint(ctx, run.completed[-1], run.log.ops(), armed, measured.error_path)
-        if not traced or lost.details["missing"] is not None:
-            found.append(lost)
+        found += [lost] if lost is not None else []
     if power_lost:
         found += copies.lost(run.completed[-1], run.log.ops(), armed.disk, ctx.scenario.trigger.model,
                              armed.shown)
