@@ -163,3 +163,20 @@ def test_the_timing_messages_name_the_save_and_the_fix_not_save_and_restore():
     late = rng_capture.message(rng_capture.DRAWN_AFTER_RESTORE, "torch CPU", 20)
     assert "after the restore and before its first step" in late and "its own generator" in late
     assert "save and restore" not in early + late
+
+
+def test_rng_states_missing_is_one_finding_naming_every_stream_of_every_save():
+    # measured: a shuffled DataLoader with no generator draws torch's stream at each iterator, after the first
+    # save; the agent judged save 1 against python alone and saves 2 and 3 against python and torch
+    from chaosckpt import checkpoint_content
+
+    def save(index, drawn):
+        contents = checkpoint_content.scan({"model": {"w": [1.0]}, "epoch": index})
+        return Save(index=index, step=8 * index, path="/w/ckpt/last.pt", digest=f"d{index}", ts=float(index),
+                    content=checkpoint_content.findings(contents, streams=drawn))
+
+    log = ProcessLog(pid=1, saves=[save(1, ["python"]), save(2, ["python", "torch"]), save(3, ["python", "torch"])])
+    [found] = [f for f in score.content_findings(log) if f.kind == "rng-states-missing"]
+    assert found.details["saves"] == [1, 2, 3] and found.details["streams"] == ["python", "torch"]
+    assert found.message.startswith("this checkpoint carries no RNG state; the loop draws from 2 streams (python, "
+                                    "torch): ")
