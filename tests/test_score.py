@@ -180,3 +180,17 @@ def test_rng_states_missing_is_one_finding_naming_every_stream_of_every_save():
     assert found.details["saves"] == [1, 2, 3] and found.details["streams"] == ["python", "torch"]
     assert found.message.startswith("this checkpoint carries no RNG state; the loop draws from 2 streams (python, "
                                     "torch): ")
+
+
+def test_a_resume_error_names_the_sandbox_s_files_relative_to_the_job_s_folder(tmp_path):
+    # measured: under the strict model a job that loads by absolute path crashed with "FileNotFoundError: [Errno 2]
+    # No such file or directory: '/tmp/.../sandboxes/faulted/ckpt/steps/step_16.pt'", and the headline showed it
+    from chaosckpt.conductor.trial.context import rel_text
+
+    work = tmp_path / "sandboxes" / "faulted"
+    work.mkdir(parents=True)
+    (tmp_path / "link").symlink_to(work)
+    error = f"FileNotFoundError: [Errno 2] No such file or directory: '{work}/ckpt/steps/step_16.pt'"
+    assert rel_text(error, work) == rel_text(error, tmp_path / "link") == (
+        "FileNotFoundError: [Errno 2] No such file or directory: 'ckpt/steps/step_16.pt'")
+    assert rel_text("EOFError", work) == "EOFError" and rel_text(None, work) is None

@@ -13,7 +13,7 @@ from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog
 from chaosckpt.conductor.trial import provenance, ranks, restore_point, score
 from chaosckpt.conductor.trial.aftermath import lost_checkpoint
 from chaosckpt.conductor.trial.arm import Armed
-from chaosckpt.conductor.trial.context import Context, rel
+from chaosckpt.conductor.trial.context import Context, rel, rel_text
 from chaosckpt.conductor.trial.faulted import Faulted, checkpoint_findings, save_damage
 from chaosckpt.conductor.trial.measured import Measured
 from chaosckpt.conductor.trial.options import Stop
@@ -80,7 +80,8 @@ def recovered(ctx: Context, ref: ProcessLog, armed: Armed, run: Faulted, resumed
     elif rec.outcome == "crashed":
         lost = run.step
     measured = Measured(run.fault, run.last_good, outcome=rec.outcome, recovered_step=rec.recovered_step,
-                        error=rec.error, error_path=rel(rec.error_path, armed.work), lost_steps=lost)
+                        error=rel_text(rec.error, armed.work), error_path=rel(rec.error_path, armed.work),
+                        lost_steps=lost)
     taken = provenance.weights_taken(resumed.log.trainer(), armed.shown) \
         if rec.outcome == "unknown-state" else []
     return measured.found(*_damage(ctx, armed, run, resumed, measured), *taken)
