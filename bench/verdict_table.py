@@ -343,6 +343,9 @@ FRAMEWORK_ROWS: List[Tuple[str, str, str, str, str]] = [
      "resume draws nothing from torch's stream"),
     ("dcp", "kill9-mid-save", "FAILED", "crashed, resume-chose-dcp-without-metadata",
      "the resume takes step_8/, which the killed dcp.save left without .metadata, over complete step_4/"),
+    ("dcp", "kill9-mid-save -p file=.metadata.tmp", "FAILED", "crashed, resume-chose-dcp-without-metadata",
+     "the kill lands halfway through rank 0's .metadata.tmp, before its rename: step_8/ has shards and no .metadata, "
+     "and the resume takes it"),
     ("dcp_robust", "kill9-mid-save", "PASSED", "last-good",
      "resumes from the newest folder holding .metadata; get_state_dict's lr-0 step is not a training step"),
     ("dcp_async", "kill9-mid-save", "FAILED", "crashed, rotation-before-complete",
