@@ -69,6 +69,7 @@ JOBS = {
     "bestcopy_job": Job("tests/jobs/bestcopy_job.py", "tests/jobs/bestcopy_job.py", ()),
     "ema_job": Job("tests/jobs/ema_job.py", "tests/jobs/ema_job.py", ()),
     "ema_job_model": Job("tests/jobs/ema_job.py --load model", "tests/jobs/ema_job.py", ("--load", "model")),
+    "ema_module_job": Job("tests/jobs/ema_module_job.py", "tests/jobs/ema_module_job.py", ()),
     "midepoch_job": Job("tests/jobs/midepoch_job.py", "tests/jobs/midepoch_job.py", ()),
     "midepoch_replay": Job("tests/jobs/midepoch_job.py --resume epoch-start", "tests/jobs/midepoch_job.py",
                            ("--resume", "epoch-start")),
@@ -137,7 +138,7 @@ PRELOAD = ("a zero-gradient Adam step before the load, then the newest (atomic) 
            "(preload_job.truth.md)")
 
 ROWS: List[Tuple[str, str, str, str, str]] = [
-    # job, scenario, expected verdict, expected cause, why
+    # job, scenario (and any -p KEY=VALUE it carries), expected verdict, expected cause, why
     ("robust_train", "kill9-mid-save", "PASSED", "last-good", "temporary file, fsync, rename, directory fsync"),
     ("robust_train", "enospc", "PASSED", "last-good", "the full disk fails the temporary file; last.pt is intact"),
     ("robust_train", "power-loss", "PASSED", "last-good", "data and name are fsynced before the save returns"),
@@ -206,6 +207,9 @@ ROWS: List[Tuple[str, str, str, str, str]] = [
      "the full disk fails the write of the in-memory checkpoint over last.pt, never the BytesIO"),
     ("membuf_job", "power-loss", "FAILED", "crashed, acknowledged-checkpoint-lost", "no fsync: last.pt comes back empty"),
     ("membuf_job", "eval-left-on", "FAILED", "last-good, eval-mode-in-training", "never calls model.train()"),
+    ("membuf_job", "enospc -p free_bytes=0", "FAILED", "crashed, torn-checkpoint",
+     "the disk stays full from save 2's start: write_bytes opens last.pt with O_TRUNC and its one write fails, "
+     "leaving 0 bytes (the in-place save is named: membuf_job.truth.md)"),
     ("membuf_job", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
     ("membuf_robust", "kill9-mid-save", "PASSED", "last-good",
      "the in-memory checkpoint goes to a temporary file, fsynced, renamed over last.pt, folder fsynced"),
@@ -236,6 +240,18 @@ ROWS: List[Tuple[str, str, str, str, str]] = [
     ("ema_job_model", "power-loss", "PASSED", "last-good", "data and name fsynced before the save returns"),
     ("ema_job_model", "eval-left-on", "PASSED", "last-good", "no dropout or batch norm: eval mode computes the same"),
     ("ema_job_model", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
+    ("ema_module_job", "kill9-mid-save", "FAILED", "unknown-state, resumed-other-weights",
+     "last.pt is atomic and survives; the resume, as Ultralytics', takes the model's weights from ckpt['ema'], a "
+     "half-precision module pickled whole (ema_module_job.truth.md)"),
+    ("ema_module_job", "enospc", "FAILED", "unknown-state, resumed-other-weights",
+     "the full disk fails the temporary file; the resume loads last.pt's half-precision EMA module into the model"),
+    ("ema_module_job", "power-loss", "FAILED", "unknown-state, resumed-other-weights",
+     "file and folder fsynced at every save: last.pt survives whole (no acknowledged-checkpoint-lost); the resume "
+     "loads its half-precision EMA module into the model"),
+    ("ema_module_job", "eval-left-on", "FAILED", "unknown-state, resumed-other-weights",
+     "the resume loads the half-precision EMA module into the model (no dropout or batch norm: eval mode changes "
+     "nothing)"),
+    ("ema_module_job", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
     ("midepoch_job", "kill9-mid-save", "FAILED", "last-good, steps-skipped", MIDEPOCH_SKIP),
     ("midepoch_job", "enospc", "FAILED", "last-good, steps-skipped", MIDEPOCH_SKIP),
     ("midepoch_job", "power-loss", "FAILED", "last-good, steps-skipped",
@@ -352,6 +368,9 @@ FRAMEWORK_ROWS: List[Tuple[str, str, str, str, str]] = [
      "resume draws nothing from torch's stream"),
     ("dcp", "kill9-mid-save", "FAILED", "crashed, resume-chose-dcp-without-metadata",
      "the resume takes step_8/, which the killed dcp.save left without .metadata, over complete step_4/"),
+    ("dcp", "kill9-mid-save -p file=.metadata.tmp", "FAILED", "crashed, resume-chose-dcp-without-metadata",
+     "the kill lands halfway through rank 0's .metadata.tmp, before its rename: step_8/ has shards and no .metadata, "
+     "and the resume takes it"),
     ("dcp_robust", "kill9-mid-save", "PASSED", "last-good",
      "resumes from the newest folder holding .metadata; get_state_dict's lr-0 step is not a training step"),
     ("dcp_async", "kill9-mid-save", "FAILED", "crashed, rotation-before-complete",
@@ -403,13 +422,20 @@ def sweep_cause(trial: Dict) -> str:
     return "last-good in every class" if trial["status"] == "passed" else "a crash state holds no loadable file"
 
 
+def scenario_args(scenario: str) -> List[str]:
+    """A row's scenario as ``chaosckpt run`` arguments: its name, then the ``-p KEY=VALUE`` parameters a row may
+    carry after it (``enospc -p free_bytes=0``: a second row of a job under one scenario)."""
+    name, *params = scenario.split(" -p ")
+    return ["-s", name, *(arg for param in params for arg in ("-p", param))]
+
+
 def run_row(job: Job, scenario: str, scratch: Path, sweep: bool = False) -> Tuple[str, str, str]:
     """Run one trial (``sweep``: with ``--sweep``); (verdict, cause, headline)."""
     folder = scratch / "project"
     shutil.rmtree(scratch, ignore_errors=True)
     folder.mkdir(parents=True)
     shutil.copy(REPO / job.path, folder / "train.py")
-    argv = [sys.executable, "-m", "chaosckpt", "run", "train.py", "-s", scenario, "--json", "--out",
+    argv = [sys.executable, "-m", "chaosckpt", "run", "train.py", *scenario_args(scenario), "--json", "--out",
             str(scratch / "results"), "--timeout", "300"]
     if job.nproc > 1:
         argv += ["--nproc", str(job.nproc)]

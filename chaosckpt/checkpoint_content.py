@@ -336,6 +336,22 @@ def _bloat_finding(b: Dict[str, Any]) -> Dict[str, Any]:
     return {"kind": "checkpoint-view-bloat", "message": message, **b}
 
 
+def rng_states_missing(rng: List[Dict[str, Any]], streams: Union[int, Sequence[str]]) -> Optional[Dict[str, Any]]:
+    """The ``rng-states-missing`` finding for a checkpoint carrying the RNG states ``rng`` in a loop that draws from
+    ``streams`` (a count, or their names); None when it carries as many states as there are streams."""
+    names = [streams] if isinstance(streams, str) else list(streams) if not isinstance(streams, int) else []
+    count = streams if isinstance(streams, int) else len(names)
+    if len(rng) >= count:
+        return None
+    listed = f" ({', '.join(names)})" if names else ""
+    carries = f"carries {_plural(len(rng), 'RNG state')}" if rng else "carries no RNG state"
+    return {"kind": "rng-states-missing", "message": (
+        f"this checkpoint {carries}; the loop draws from {_plural(count, 'stream')}{listed}: "
+        "a resume continues the others from wherever they happen to be, and the run diverges; "
+        "save and restore every stream's state"),
+        "rng_states": rng, "streams": names or count}
+
+
 def findings(contents: Dict[str, Any], *, streams: Union[int, Sequence[str], None] = None,
              loader: Optional[bool] = None, training: Optional[bool] = None) -> List[Dict[str, Any]]:
     """Findings (``{"kind", "message", ...evidence}``) from a :func:`scan` result.
@@ -354,17 +370,9 @@ def findings(contents: Dict[str, Any], *, streams: Union[int, Sequence[str], Non
             "no step or epoch counter in the checkpoint: a job resumed from it cannot tell how far training got; "
             "save the global step (and the epoch) beside the model and optimizer state")})
     rng = contents["rng_states"]
-    if streams is not None:
-        names = [streams] if isinstance(streams, str) else list(streams) if not isinstance(streams, int) else []
-        count = streams if isinstance(streams, int) else len(names)
-        if len(rng) < count:
-            listed = f" ({', '.join(names)})" if names else ""
-            carries = f"carries {_plural(len(rng), 'RNG state')}" if rng else "carries no RNG state"
-            out.append({"kind": "rng-states-missing", "message": (
-                f"this checkpoint {carries}; the loop draws from {_plural(count, 'stream')}{listed}: "
-                "a resume continues the others from wherever they happen to be, and the run diverges; "
-                "save and restore every stream's state"),
-                "rng_states": rng, "streams": names or count})
+    missing = rng_states_missing(rng, streams) if streams is not None else None
+    if missing is not None:
+        out.append(missing)
     if loader and not contents["loader_states"] and not any(_LOADER.fullmatch(r["path"].lower()) for r in rng):
         out.append({"kind": "no-loader-state", "message": (
             "the loop iterates a data loader but the checkpoint holds no sampler or loader state: a resume "

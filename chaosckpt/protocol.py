@@ -56,7 +56,9 @@ and ``pid``. The event types and their own fields:
                 ``via``, ``ok``, ``bytes``, ``writes``, ``error`` (one line, or null);
                 ``ends`` (where each write ended, in bytes) when the fault spec asks;
                 ``whole`` (it holds a whole training state); ``memory`` (the file carries
-                bytes a save call serialized into memory; that call sends no event).
+                bytes a save call serialized into memory; that call sends no event);
+                ``parts`` (a DCP save, whose ``path`` is its folder: each file it wrote
+                there, ``name``, ``bytes``, ``writes``).
 ``save-move``   a file was moved, copied or hard-linked while the checkpoint was open (``os.rename``/
                 ``replace``, ``shutil.move``, ``shutil.copyfile``, ``os.link``): where a file-object or
                 temporary-file save lands, and the other names it gets. ``save``, ``how`` ("rename",

@@ -250,3 +250,32 @@ def test_a_step_on_another_thread_closing_the_checkpoint_as_it_opens_leaves_the_
     assert events.kinds().count("save-begin") == 1
     saved = [e for e in events.events if e["t"] == "save-file"]
     assert [(e["save"], e["path"], e["bytes"]) for e in saved] == [(1, path, os.path.getsize(path))]
+
+
+def test_file_param_places_the_fault_in_a_file_a_dcp_save_wrote_in_its_folder(tmp_path):
+    # measured on tests/jobs/dcp_job.py: rank 0's save-file names the folder ckpt/step_8 (29,761 bytes in 13
+    # writes); .metadata.tmp, written last and renamed to .metadata, took 8,725 bytes in one write
+    from chaosckpt.conductor import scenario as scenario_mod
+    from chaosckpt.conductor.runs.runlog import RunLog
+
+    events = [{"t": "hello", "pid": 8, "ts": 0.0, "cwd": "/w"}]
+    for n in (1, 2):
+        folder = f"/w/ckpt/step_{4 * n}"
+        events += [
+            {"t": "step", "pid": 8, "ts": 10.0 * n, "step": 4 * n},
+            {"t": "save-begin", "pid": 8, "ts": 10.0 * n + 1, "save": n, "step": 4 * n, "path": folder, "via": "dcp",
+             "digest": f"d{n}"},
+            {"t": "save-file", "pid": 8, "ts": 10.0 * n + 2, "save": n, "path": folder, "via": "dcp", "ok": True,
+             "bytes": 29761, "writes": 13, "parts": [{"name": "__0_0.distcp", "bytes": 21036, "writes": 12},
+                                                     {"name": ".metadata.tmp", "bytes": 8725, "writes": 1}]},
+            {"t": "save-end", "pid": 8, "ts": 10.0 * n + 3, "save": n, "ok": True, "bytes": 29761, "writes": 13}]
+    events.append({"t": "step", "pid": 8, "ts": 30.0, "step": 9})
+    reference = RunLog([_process(events)])
+    kill = scenario_mod.load("kill9-mid-save", {"file": ".metadata.tmp", "fraction": 0.5})
+    fault, _ = kill.kind.arm(kill.trigger, reference, Arming(tmp_path))
+    assert (fault["file"], fault["at_byte"], fault["save"]) == (".metadata.tmp", 4362, 2)
+    assert arming.file_bytes(reference, 2) == {"ckpt/step_8": 29761, "ckpt/step_8/__0_0.distcp": 21036,
+                                               "ckpt/step_8/.metadata.tmp": 8725}
+    with pytest.raises(arming.NotArmable, match=r"\(it writes .metadata.tmp, __0_0.distcp\)"):
+        nope = scenario_mod.load("kill9-mid-save", {"file": ".metadata"})
+        nope.kind.arm(nope.trigger, reference, Arming(tmp_path))

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from chaosckpt.conductor.disk import crash
+from chaosckpt.conductor.runs.runlog import Save
+from chaosckpt.conductor.trial.aftermath import lost_checkpoint
 
 ROOT = "/w/ckpt"
 
@@ -208,3 +212,26 @@ def test_strict_names_every_sync_a_checkpoint_lacked(fs):
     disk.apply({"op": "dirsync", "path": ROOT})
     assert crash.missing_durability(disk, f"{new}/model.pt", "strict", name) is None
     assert [os.path.basename(e.path) for e in disk.after_crash("strict")] == ["model.pt"]
+
+
+def _lost(disk, ops, model):
+    """``aftermath.lost_checkpoint`` for the checkpoint ``atomic_save`` wrote (saved to last.pt.tmp, renamed)."""
+    save = Save(index=2, step=16, path=f"{ROOT}/last.pt.tmp", digest="d", ts=0.0)
+    ctx = SimpleNamespace(scenario=SimpleNamespace(trigger=SimpleNamespace(model=model)))
+    armed = SimpleNamespace(disk=disk, work=Path("/w"))
+    return lost_checkpoint(ctx, save, [{**op, "ts": 1.0} for op in ops], armed, "ckpt/last.pt")
+
+
+def test_a_checkpoint_the_crash_model_keeps_whole_is_not_called_lost(fs):
+    # the resume may still go wrong (it loaded an EMA module into the model): that is no lost checkpoint
+    disk, _ = disk_with_old_checkpoint(fs)
+    ops = atomic_save(disk, fs)
+    assert _lost(disk, ops, "strict") is None and _lost(disk, ops, "ordered") is None
+
+
+def test_a_checkpoint_that_lacked_its_fsync_is_called_lost_with_the_fsync_it_lacked(fs):
+    disk, _ = disk_with_old_checkpoint(fs)
+    ops = atomic_save(disk, fs, fsync=False)
+    lost = _lost(disk, ops, "ordered")
+    assert lost.kind == "acknowledged-checkpoint-lost" and lost.details["path"] == "ckpt/last.pt"
+    assert lost.details["missing"] == "its data was not fsynced (0 of 19 bytes durable)"

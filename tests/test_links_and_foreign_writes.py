@@ -113,3 +113,22 @@ def test_pwrite_writev_dir_fd_and_link_are_journaled_where_they_land(tmp_path):
     assert link["ino"] == result["ops"][1]["ino"] and result["out"] == {"same": True, "size": 23}
     fsync = next(op for op in result["ops"] if op["op"] == "fsync")
     assert fsync["size"] == 23
+
+
+def test_a_hard_link_the_power_loss_took_is_named_as_the_same_file_never_a_copy_to_fsync(fs):
+    from chaosckpt.conductor.disk import copies
+    from chaosckpt.conductor.runs.runlog import Save
+
+    disk, ops = saved_and_linked(fs, fsync_size=19)  # data fsynced, no folder fsync after the rename or the link
+    for op in ops:
+        disk.apply(op)
+    save = Save(index=1, step=16, path=f"{ROOT}/last.pt.tmp", digest="d", ts=0.5)
+    [lost] = copies.lost(save, ops, disk, "strict", lambda p: os.path.relpath(p, "/"))
+    assert lost.kind == "acknowledged-checkpoint-lost"
+    assert lost.details == {"path": "w/best.pt", "link_of": "w/last.pt", "step": 16, "model": "strict",
+                            "missing": "its name was not made durable: no fsync of w/ after it was created or renamed"}
+    assert lost.message == (
+        "w/best.pt, a hard link to the checkpoint of step 16 (w/last.pt) made after the save, did not survive the "
+        "power loss under the strict model: its name was not made durable: no fsync of w/ after it was created or "
+        "renamed; a hard link is the same file under another name, not a copy, so there is no copy to fsync: fsync "
+        "w/last.pt before os.link() and its folder w/ after it, before the job moves on")

@@ -157,3 +157,20 @@ def test_the_unknown_state_headline_ends_with_the_weights_taken_unless_that_find
                                       "the resume continued from the tensors under 'ema' in ckpt/last.pt")
     trial.findings = verdict.settle(trial.findings, ["resumed-other-weights"], reproduced=None)
     assert render.headline(trial).endswith("the last good checkpoint was step 8")
+
+
+def test_a_half_precision_ema_module_pickled_whole_is_a_tensor_set_the_resume_is_traced_to():
+    # Ultralytics saves ckpt["ema"] = deepcopy(model).half(), the module itself, and ckpt["model"] = None
+    torch.manual_seed(0)
+    ema = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2)).half()
+    ckpt = {"epoch": 2, "model": None, "ema": ema}
+    assert [(s["key"], s["dtype"]) for s in tensorsets.tensor_sets(ckpt)] == [("ema", "float16")]
+    log = _resumed({"ema": ema.float().state_dict()}, "ema")
+    log.loads[0]["sets"] = tensorsets.tensor_sets({"epoch": 2, "model": None, "ema": ema.half()})
+    [found] = _taken(log)
+    assert found.kind == "resumed-other-weights" and found.details["model_key"] is None
+    assert found.message == (
+        "the resume continued from the half-precision copy under 'ema' in ckpt/last.pt (the parameters equal its "
+        "float16 values exactly: the weights rounded to half precision): load the model's weights from "
+        "model.state_dict(), saved beside 'ema' (ckpt/last.pt holds no other copy of them) and 'ema' into the EMA "
+        "module")

@@ -163,3 +163,34 @@ def test_the_timing_messages_name_the_save_and_the_fix_not_save_and_restore():
     late = rng_capture.message(rng_capture.DRAWN_AFTER_RESTORE, "torch CPU", 20)
     assert "after the restore and before its first step" in late and "its own generator" in late
     assert "save and restore" not in early + late
+
+
+def test_rng_states_missing_is_one_finding_naming_every_stream_of_every_save():
+    # measured: a shuffled DataLoader with no generator draws torch's stream at each iterator, after the first
+    # save; the agent judged save 1 against python alone and saves 2 and 3 against python and torch
+    from chaosckpt import checkpoint_content
+
+    def save(index, drawn):
+        contents = checkpoint_content.scan({"model": {"w": [1.0]}, "epoch": index})
+        return Save(index=index, step=8 * index, path="/w/ckpt/last.pt", digest=f"d{index}", ts=float(index),
+                    content=checkpoint_content.findings(contents, streams=drawn))
+
+    log = ProcessLog(pid=1, saves=[save(1, ["python"]), save(2, ["python", "torch"]), save(3, ["python", "torch"])])
+    [found] = [f for f in score.content_findings(log) if f.kind == "rng-states-missing"]
+    assert found.details["saves"] == [1, 2, 3] and found.details["streams"] == ["python", "torch"]
+    assert found.message.startswith("this checkpoint carries no RNG state; the loop draws from 2 streams (python, "
+                                    "torch): ")
+
+
+def test_a_resume_error_names_the_sandbox_s_files_relative_to_the_job_s_folder(tmp_path):
+    # measured: under the strict model a job that loads by absolute path crashed with "FileNotFoundError: [Errno 2]
+    # No such file or directory: '/tmp/.../sandboxes/faulted/ckpt/steps/step_16.pt'", and the headline showed it
+    from chaosckpt.conductor.trial.context import rel_text
+
+    work = tmp_path / "sandboxes" / "faulted"
+    work.mkdir(parents=True)
+    (tmp_path / "link").symlink_to(work)
+    error = f"FileNotFoundError: [Errno 2] No such file or directory: '{work}/ckpt/steps/step_16.pt'"
+    assert rel_text(error, work) == rel_text(error, tmp_path / "link") == (
+        "FileNotFoundError: [Errno 2] No such file or directory: 'ckpt/steps/step_16.pt'")
+    assert rel_text("EOFError", work) == "EOFError" and rel_text(None, work) is None

@@ -146,6 +146,16 @@ def test_the_headline_never_names_an_ignored_cause():
     assert "  - rng-not-restored (ignored): the torch stream was not restored" in render.text(trial)
 
 
+@pytest.mark.parametrize("of", ["copy_of", "link_of"])
+def test_a_lost_copy_or_hard_link_leads_when_the_checkpoint_itself_survived(of):
+    lost = Finding("acknowledged-checkpoint-lost", "ckpt/best.pt did not survive", {"path": "ckpt/best.pt",
+                                                                                     of: "ckpt/last.pt"})
+    trial = Trial(scenario="s", status="failed", headline="", outcome="last-good", recovered_step=16, findings=[lost])
+    assert verdict.cause(trial) is lost
+    assert render.headline(trial) == ("FAILED s: ckpt/best.pt did not survive; the checkpoint itself survived and the "
+                                      "job resumed from it (step 16)")
+
+
 def test_severity_and_ignored_round_trip_through_a_stored_result():
     trial = Trial(scenario="s", status="passed", headline="h",
                   findings=verdict.settle([_rng_missing()], ["rng-states-missing"], reproduced=True))

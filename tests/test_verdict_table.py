@@ -19,8 +19,9 @@ def test_every_example_and_test_job_meets_every_scenario_once():
     assert set(table.SCENARIOS) | set(table.NODE_SCENARIOS) == scenarios
     scenarios -= set(table.NODE_SCENARIOS)
     assert {j.path for j in [*table.JOBS.values(), *table.FRAMEWORK_JOBS.values(), *table.SWEEP_JOBS.values()]} == jobs
-    pairs = [(job, scenario) for job, scenario, *_ in table.ROWS]
-    assert sorted(pairs) == sorted((job, s) for job in table.JOBS for s in scenarios)
+    assert len({(job, scenario) for job, scenario, *_ in table.ROWS}) == len(table.ROWS)
+    pairs = {(job, table.scenario_args(scenario)[1]) for job, scenario, *_ in table.ROWS}  # a second row has -p
+    assert pairs == {(job, s) for job in table.JOBS for s in scenarios}
     assert {expected for _, _, expected, _, _ in table.ROWS} <= {"PASSED", "FAILED", "REFUSED"}
     refused = {(job, scenario) for job, scenario, expected, _, _ in table.ROWS if expected == "REFUSED"}
     assert refused == {(job, "rank-epoch-skew") for job, j in table.JOBS.items() if j.nproc == 1}  # one rank: exit 2
@@ -70,3 +71,8 @@ def test_a_sweep_s_cause_is_a_resume_that_started_from_the_last_good_checkpoint_
     assert table.cause({"status": "failed", "sweep": points, "findings": []}) == (
         "last-good (step 8), diverged at step 11 after fsync ckpt/tmp.pt")
     assert table.cause({"status": "passed", "sweep": points[2:], "findings": []}) == "last-good in every class"
+
+
+def test_a_row_s_scenario_may_carry_parameters():
+    assert table.scenario_args("enospc") == ["-s", "enospc"]
+    assert table.scenario_args("enospc -p free_bytes=0") == ["-s", "enospc", "-p", "free_bytes=0"]

@@ -283,3 +283,36 @@ def test_counting_leaves_the_job_s_system_calls_as_they_are(tmp_path):
     events = [json.loads(line) for p in (tmp_path / "on" / "run").glob("events.*") for line in p.read_text().splitlines()]
     counted = [os.path.basename(e["path"]) for e in events if e["t"] == "save-file" and e["via"] == "write"]
     assert counted == ["state.json", "log.bin", "raw.bin", "best.bin", "opt.pt"] * 2
+
+
+def test_a_dcp_save_names_each_file_it_wrote_in_its_folder_and_a_fault_in_one_of_them_lands_there(tmp_path, patched):
+    import warnings
+
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    def saved(fault=None):
+        events, rec, model, opt = _job(fault)
+        patched(rec)
+        interpose.install_dcp(rec)
+        _step(rec, opt)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # no process group: a single-process save, as DCP warns
+            try:
+                dcp.save({"model": model.state_dict()}, checkpoint_id=str(tmp_path / "ckpt" / "step_1"))
+            except CheckpointException:  # the armed ENOSPC, as DCP raises it
+                assert fault is not None
+        _step(rec, opt)
+        return events.events
+
+    try:
+        (save,) = _process(saved()).saves
+        folder = tmp_path / "ckpt" / "step_1"
+        parts = {p["name"]: p["bytes"] for p in save.files[0]["parts"]}
+        assert parts == {".metadata.tmp": os.path.getsize(folder / ".metadata"),
+                         "__0_0.distcp": os.path.getsize(folder / "__0_0.distcp")}
+        [event] = [e for e in saved(protocol.fault_spec("enospc", 1, at_byte=10, file=".metadata.tmp"))
+                   if e["t"] == "fault"]
+        assert os.path.basename(event["path"]) == ".metadata.tmp" and event["bytes"] == 10
+    finally:
+        patches.uninstall("dcp")

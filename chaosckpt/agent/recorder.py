@@ -442,6 +442,7 @@ class Recorder(Bursts):
             error=None if error is None else _one_line(error),
             **({"whole": True} if ckpt.whole else {}),
             **({} if ends is None else {"ends": ends}),
+            **({"parts": _parts(ckpt, path)} if via == "dcp" and path is not None else {}),
         )
 
     def _finish(self, ckpt: "Checkpoint", unfinished: bool = False) -> None:
@@ -580,3 +581,11 @@ def _carries(exc: BaseException, error: BaseException, depth: int = 0) -> bool:
 def _env_int(name: str) -> Optional[int]:
     value = os.environ.get(name)
     return int(value) if value is not None and value.isdigit() else None
+
+
+def _parts(ckpt: "Checkpoint", folder: str) -> List[Dict[str, object]]:
+    """The files a DCP save wrote in its folder (its shards, ``.metadata.tmp``), each with its bytes and writes: what
+    ``file=`` places a fault in, since the save's ``save-file`` names the folder alone."""
+    inside = os.path.abspath(folder) + os.sep
+    return [{"name": os.path.basename(t.path), "bytes": t.bytes, "writes": t.writes}
+            for t in ckpt.tallies if t.path is not None and t.path.startswith(inside)]

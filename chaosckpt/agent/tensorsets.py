@@ -16,14 +16,17 @@ MAX_DEPTH = 6
 
 
 def _sets(obj: object, key: str, depth: int) -> Iterator[Tuple[str, Dict[str, torch.Tensor]]]:
-    """(key path, {name: floating tensor}) of every mapping with string keys that holds floating tensors."""
+    """(key path, {name: floating tensor}) of every mapping with string keys that holds floating tensors; a
+    pickled module counts as its state_dict (an EMA saved as the module itself, as Ultralytics saves it)."""
+    if isinstance(obj, torch.nn.Module):
+        obj = obj.state_dict()
     if not isinstance(obj, Mapping) or depth > MAX_DEPTH or not all(isinstance(k, str) for k in obj):
         return
     tensors = {k: v for k, v in obj.items() if isinstance(v, torch.Tensor) and v.is_floating_point()}
     if tensors:
         yield key, tensors
     for name, value in obj.items():
-        if isinstance(value, Mapping):
+        if isinstance(value, (Mapping, torch.nn.Module)):
             yield from _sets(value, f"{key}.{name}" if key else name, depth + 1)
 
 

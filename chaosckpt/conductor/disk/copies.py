@@ -6,6 +6,7 @@ on believing both were on disk. It is judged the same way, by the fsync it lacke
 
 from __future__ import annotations
 
+import os
 from typing import Callable, List, Optional
 
 from chaosckpt.conductor.disk import crash
@@ -40,7 +41,8 @@ def _followed(path: Optional[str], save: Save, ops: List[dict]) -> Optional[str]
 def lost(save: Save, ops: List[dict], disk: "crash.Disk", model: str, name: Callable[[str], str]) -> List[Finding]:
     """One ``acknowledged-checkpoint-lost`` finding per copy of ``save``'s file that did not survive the crash.
 
-    A copy is a file, other than the checkpoint, written after the save began and as long as the checkpoint."""
+    A copy is a file, other than the checkpoint, written after the save began and as long as the checkpoint; a hard
+    link to it (the same inode) is one too, named as the link it is."""
     path = final_path(save, ops)
     key = disk.names.get(path) if path else None
     if key is None:
@@ -53,7 +55,7 @@ def lost(save: Save, ops: List[dict], disk: "crash.Disk", model: str, name: Call
             continue
         why = crash.missing_durability(disk, other, model, name)
         if why is not None:
-            findings.append(Finding(
+            findings.append(_linked(save, path, other, model, why, name) if other_key == key else Finding(
                 "acknowledged-checkpoint-lost",
                 f"{name(other)}, the copy of the checkpoint of step {save.step} ({name(path)}), was written after "
                 f"the save but did not survive the power loss under the {model} model: {why}; fsync the copy "
@@ -61,3 +63,17 @@ def lost(save: Save, ops: List[dict], disk: "crash.Disk", model: str, name: Call
                 {"path": name(other), "copy_of": name(path), "step": save.step, "model": model, "missing": why},
             ))
     return findings
+
+
+def _linked(save: Save, path: str, link: str, model: str, why: str, name: Callable[[str], str]) -> Finding:
+    """A hard link to the checkpoint (``os.link``) that the power loss took: the same file under a second name,
+    so the fix is the checkpoint's own fsync and its folder's after the link, never a copy's."""
+    folder = name(os.path.dirname(link))
+    return Finding(
+        "acknowledged-checkpoint-lost",
+        f"{name(link)}, a hard link to the checkpoint of step {save.step} ({name(path)}) made after the save, did "
+        f"not survive the power loss under the {model} model: {why}; a hard link is the same file under another "
+        f"name, not a copy, so there is no copy to fsync: fsync {name(path)} before os.link() and its folder "
+        f"{folder}/ after it, before the job moves on",
+        {"path": name(link), "link_of": name(path), "step": save.step, "model": model, "missing": why},
+    )

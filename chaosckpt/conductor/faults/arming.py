@@ -88,10 +88,13 @@ def tracked(roots: List[str]) -> List[str]:
 
 
 def placed_in_file(trigger: Trigger, target: Save) -> Dict:
-    """``at_byte`` / ``at_write`` counted in the checkpoint's file named ``trigger.file``."""
-    files = [f for f in target.files if f.get("path") and os.path.basename(f["path"]) == trigger.file]
+    """``at_byte`` / ``at_write`` counted in the checkpoint's file named ``trigger.file``: a file a save call wrote,
+    or one of the files a DCP save wrote in its folder (its ``parts``: the shards, ``.metadata.tmp``)."""
+    written = [{**part, "path": part["name"]} for f in target.files for part in f.get("parts", [])]
+    written += [f for f in target.files if f.get("path") and "parts" not in f]
+    files = [f for f in written if os.path.basename(f["path"]) == trigger.file]
     if not files:
-        names = sorted({os.path.basename(f["path"]) for f in target.files if f.get("path")})
+        names = sorted({os.path.basename(f["path"]) for f in written})
         raise NotArmable(f"--param file={trigger.file}: save {trigger.save} writes no file of that name "
                          f"(it writes {', '.join(names) or 'no named file'})")
     size, writes = files[0]["bytes"], files[0]["writes"]
@@ -111,12 +114,14 @@ def full_bytes(reference: RunLog, save: int) -> int:
 
 
 def file_bytes(reference: RunLog, save: int) -> Dict[str, int]:
-    """Bytes each file of save number ``save`` got in the reference run, by its path relative to the job's
-    working directory."""
+    """Bytes each file of save number ``save`` got in the reference run (a DCP save's folder, and each file it wrote
+    there), by its path relative to the job's working directory."""
     saver = reference.saver()
     saves = saver.completed_saves() if saver is not None else []
     if len(saves) < save:
         return {}
     cwd = (saver.hello or {}).get("cwd") or ""
-    return {os.path.relpath(f["path"], cwd) if cwd else f["path"]: f["bytes"]
-            for f in saves[save - 1].files if f.get("path") and f.get("bytes") is not None}
+    files = saves[save - 1].files
+    written = [*((f["path"], f["bytes"]) for f in files if f.get("path") and f.get("bytes") is not None),
+               *((os.path.join(f["path"], part["name"]), part["bytes"]) for f in files for part in f.get("parts", []))]
+    return {os.path.relpath(path, cwd) if cwd else path: size for path, size in written}

@@ -39,7 +39,8 @@ class FileState(TypedDict):
     full_bytes: Optional[int]
     """The bytes the uninterrupted run's same save gave it; null: unknown."""
     loads: Optional[bool]
-    """Whether it loads as a checkpoint; null: missing, or in no format the load check reads (JSON state)."""
+    """Whether it loads as a checkpoint; null: missing, a DCP data shard (never loadable alone: its bytes against
+    ``full_bytes`` say whether it is torn), or in no format the load check reads (JSON state)."""
 
 
 class FaultRecord(TypedDict, total=False):

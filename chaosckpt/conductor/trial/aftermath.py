@@ -89,9 +89,10 @@ def _left(work, model: str, files: dict, native: List[str]) -> Aftermath:
     return Aftermath({"model": model, "files": {rel(path, work): length for path, length in files.items()}}, findings)
 
 
-def lost_checkpoint(ctx: Context, save, ops: List[dict], armed: Armed, error_path: Optional[str]) -> Finding:
+def lost_checkpoint(ctx: Context, save, ops: List[dict], armed: Armed, error_path: Optional[str]) -> Optional[Finding]:
     """The acknowledged checkpoint the power loss took, named with the fsync it lacked (the file the resume
-    read, ``error_path``, first)."""
+    read, ``error_path``, first); None when the crash model holds every file of it and each survives whole: the
+    checkpoint was durable, whatever the resume then did with it."""
     disk, work = armed.disk, armed.work
     paths = copies.final_paths(save, ops)
     path = paths[0] if paths else None
@@ -106,6 +107,8 @@ def lost_checkpoint(ctx: Context, save, ops: List[dict], armed: Armed, error_pat
             if candidate != path or len(paths) > 1:
                 why = f"{rel(candidate, work)}: {why}"
             break
+    if why is None and candidates and all(c in disk.names for c in candidates):
+        return None
     return Finding(
         "acknowledged-checkpoint-lost",
         f"the checkpoint of step {save.step} ({name}) was acknowledged, its save had returned, but it did not "

@@ -93,3 +93,13 @@ def rel(path: Optional[str], work: Path) -> Optional[str]:
         return str(Path(path).relative_to(work.resolve()))
     except ValueError:
         return path
+
+
+def rel_text(text: Optional[str], work: Path) -> Optional[str]:
+    """``text`` (an error the job printed) with every path under the sandbox ``work`` made relative to it, as
+    ``rel`` shows a path: the job's own messages name the sandbox's absolute paths, which the user never sees."""
+    if text is None:
+        return None
+    for root in dict.fromkeys((str(work.resolve()), str(work))):
+        text = text.replace(root + "/", "")
+    return text

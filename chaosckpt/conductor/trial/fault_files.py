@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from chaosckpt.conductor.disk import loadcheck
+from chaosckpt.conductor.disk import dcp_folder, loadcheck
 from chaosckpt.conductor.results.result import FileState
 from chaosckpt.conductor.runs.runlog import ProcessLog
 from chaosckpt.conductor.trial.context import Context, rel
@@ -43,8 +43,8 @@ def files_after_fault(ctx: Context, proc: ProcessLog, work: Path) -> Dict[str, O
 def file_states(ctx: Context, proc: ProcessLog, work: Path, expected: Dict[str, int]) -> Dict[str, FileState]:
     """Each file of the fault (``fault_paths``) as the fault left it: its bytes (null: missing), those the
     uninterrupted run's same save gave it (``expected``, by relative path; a renamed or linked file's are its
-    source's; null: unknown) and whether it loads (null: missing, a folder, or in no checkpoint format the load check
-    reads)."""
+    source's; null: unknown) and whether it loads (null: missing, a folder, a DCP data shard, or in no checkpoint
+    format the load check reads)."""
     sources = {m["dst"]: m["src"] for s in proc.saves for m in s.moves if m.get("ok") and m["how"] != "copy"}
     states: Dict[str, FileState] = {}
     for path in fault_paths(proc):
@@ -61,6 +61,11 @@ def file_states(ctx: Context, proc: ProcessLog, work: Path, expected: Dict[str, 
 
 
 def _loads(host: str) -> Optional[bool]:
+    """Whether the file loads as a checkpoint; None for a DCP data shard, which nothing loads alone (its first
+    tensor's record reads whole however much of the rest is lost: its bytes against ``full_bytes`` judge it), and
+    for a file in no checkpoint format the load check reads."""
+    if host.endswith(dcp_folder.SHARD_SUFFIX):
+        return None
     answer = loadcheck.check(host)
     if not answer["ok"] and answer["error"].startswith(NOT_A_CHECKPOINT):
         return None

@@ -11,7 +11,7 @@ from chaosckpt.conductor.disk import checkpoints
 from chaosckpt.conductor.results.result import FaultRecord, Finding, Outcome
 from chaosckpt.conductor.runs import exits
 from chaosckpt.conductor.runs.launcher import RunResult
-from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog
+from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog, Save
 from chaosckpt.conductor.trial import score
 from chaosckpt.conductor.trial.arm import Armed
 from chaosckpt.conductor.trial.context import Context, rel
@@ -94,8 +94,8 @@ def save_damage(ctx: Context, run: Faulted, armed: Armed, outcome: Outcome, erro
     the resume started): a torn file, an overwritten last good checkpoint."""
     proc, work = run.proc, armed.work
     broken = [s for s in proc.saves if s.index == proc.fault["save"]]
-    mid_save = "write" in proc.fault
-    struck = proc.fault.get("path") or (broken[0].path if broken else None)
+    mid_save = "write" in proc.fault or proc.fault["fault"] == "disk-full"
+    struck = proc.fault.get("path") or (_struck(broken[0]) if broken else None)
     if not mid_save or not broken or struck is None or outcome == "last-good":
         return []
     path = rel(struck, work)
@@ -124,6 +124,13 @@ def save_damage(ctx: Context, run: Faulted, armed: Armed, outcome: Outcome, erro
             )
         )
     return findings
+
+
+def _struck(save: Save) -> Optional[str]:
+    """The file the fault struck in ``save`` when its event names none: the first of the save's files whose write
+    failed (a disk-full fault fires as the save begins, before any file is open), else the save's own path."""
+    failed = next((f["path"] for f in save.files if not f.get("ok") and f.get("path")), None)
+    return failed or save.path
 
 
 def checkpoint_findings(run: Faulted, resume: RunLog, error: Optional[str], name) -> List[Finding]:

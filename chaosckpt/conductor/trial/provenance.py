@@ -84,8 +84,13 @@ def _model_set(took: TensorSet, sets: List[TensorSet]) -> Optional[TensorSet]:
     return None
 
 
-def _fix(took: TensorSet, model: Optional[TensorSet]) -> str:
-    source = f"from {_shown(model.key)}" if model is not None else "from the tensors it saved from model.state_dict()"
+def _fix(took: TensorSet, model: Optional[TensorSet], sets: List[TensorSet]) -> str:
+    """The fix, naming where the model's own weights are; when the file holds no other copy of these tensors (an
+    Ultralytics checkpoint: ``model`` None, the EMA module alone), that they must be saved first."""
+    alone = not any(s.path == took.path and s is not took and s.names == took.names for s in sets)
+    source = (f"from {_shown(model.key)}" if model is not None else
+              f"from model.state_dict(), saved beside {_shown(took.key)} ({took.path} holds no other copy of them)"
+              if alone else "from the tensors it saved from model.state_dict()")
     if any(word in took.key.lower() for word in AVERAGE_WORDS):
         return f"load the model's weights {source} and {_shown(took.key)} into the EMA module"
     if took.dtype in HALF:
@@ -103,7 +108,7 @@ def took(took: TensorSet, sets: List[TensorSet], params: int) -> Finding:
     return Finding(
         "resumed-other-weights",
         f"the resume continued from {what}{_place(took)}{rounded}{instead}: "
-        f"{_fix(took, model)}",
+        f"{_fix(took, model, sets)}",
         {"path": took.path, "key": took.key, "dtype": took.dtype, "params": params,
          "model_key": None if model is None else model.key},
     )

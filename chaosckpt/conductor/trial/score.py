@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+from chaosckpt import checkpoint_content
 from chaosckpt.conductor.results.result import Finding, Outcome
 from chaosckpt.conductor.runs import logcap
 from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog
@@ -263,16 +264,31 @@ def eval_findings(reference: ProcessLog, resume: ProcessLog, start: int) -> List
 
 
 def content_findings(reference: Optional[ProcessLog]) -> List[Finding]:
-    """Advice about what the job's checkpoints hold, from the agent's look at each saved object, once per kind."""
+    """Advice about what the job's checkpoints hold, from the agent's look at each saved object, once per kind and
+    message; ``rng-states-missing`` once in all (``_rng_states_missing``)."""
     seen: Dict[Tuple[str, str], Finding] = {}
     for save in reference.saves if reference is not None else []:
         for item in save.content:
-            key = (item["kind"], item["message"])
+            key = (item["kind"], "" if item["kind"] == "rng-states-missing" else item["message"])
             if key not in seen:
                 details = {k: v for k, v in item.items() if k not in ("kind", "message")}
                 seen[key] = Finding(item["kind"], item["message"], {**details, "saves": []})
+            elif item["kind"] == "rng-states-missing":
+                seen[key] = _rng_states_missing(seen[key], item)
             seen[key].details["saves"].append(save.index)
     return list(seen.values())
+
+
+def _rng_states_missing(found: Finding, item: dict) -> Finding:
+    """One ``rng-states-missing`` for every save: the agent judges each save against the streams it has seen drawn
+    so far (by name), so a stream first drawn after a save (torch's, drawn by a shuffled DataLoader's next
+    iterator) is missing from that save's count. Named with every stream and the states of the save carrying
+    fewest."""
+    streams = sorted({*found.details["streams"], *item["streams"]})
+    rng = min(found.details["rng_states"], item["rng_states"], key=len)
+    merged = checkpoint_content.rng_states_missing(rng, streams) or item
+    details = {k: v for k, v in merged.items() if k not in ("kind", "message")}
+    return Finding("rng-states-missing", merged["message"], {**details, "saves": found.details["saves"]})
 
 
 STREAM_NAMES = {

@@ -13,7 +13,7 @@ from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog
 from chaosckpt.conductor.trial import provenance, ranks, restore_point, score
 from chaosckpt.conductor.trial.aftermath import lost_checkpoint
 from chaosckpt.conductor.trial.arm import Armed
-from chaosckpt.conductor.trial.context import Context, rel
+from chaosckpt.conductor.trial.context import Context, rel, rel_text
 from chaosckpt.conductor.trial.faulted import Faulted, checkpoint_findings, save_damage
 from chaosckpt.conductor.trial.measured import Measured
 from chaosckpt.conductor.trial.options import Stop
@@ -80,18 +80,15 @@ def recovered(ctx: Context, ref: ProcessLog, armed: Armed, run: Faulted, resumed
     elif rec.outcome == "crashed":
         lost = run.step
     measured = Measured(run.fault, run.last_good, outcome=rec.outcome, recovered_step=rec.recovered_step,
-                        error=rec.error, error_path=rel(rec.error_path, armed.work), lost_steps=lost)
+                        error=rel_text(rec.error, armed.work), error_path=rel(rec.error_path, armed.work),
+                        lost_steps=lost)
     taken = provenance.weights_taken(resumed.log.trainer(), armed.shown) \
         if rec.outcome == "unknown-state" else []
-    traced = any(f.kind == "resumed-other-weights" for f in taken)
-    return measured.found(*_damage(ctx, armed, run, resumed, measured, traced), *taken)
+    return measured.found(*_damage(ctx, armed, run, resumed, measured), *taken)
 
 
-def _damage(ctx: Context, armed: Armed, run: Faulted, resumed: Resumed, measured: Measured,
-            traced: bool = False) -> List[Finding]:
-    """What the fault did to the files the resume found, and a resume that did not resume (``traced``: the
-    resume's weights came from another tensor set of a file it loaded, so a power loss took no checkpoint the
-    crash model does not show losing)."""
+def _damage(ctx: Context, armed: Armed, run: Faulted, resumed: Resumed, measured: Measured) -> List[Finding]:
+    """What the fault did to the files the resume found, and a resume that did not resume."""
     found = []
     if measured.outcome == "scratch" and ctx.opts.resume_command == ctx.opts.command:
         found.append(Finding(
@@ -105,8 +102,7 @@ def _damage(ctx: Context, armed: Armed, run: Faulted, resumed: Resumed, measured
     power_lost = armed.disk is not None and ctx.scenario.kind.needs_aftermath and run.completed
     if power_lost and measured.outcome != "last-good":
         lost = lost_checkpoint(ctx, run.completed[-1], run.log.ops(), armed, measured.error_path)
-        if not traced or lost.details["missing"] is not None:
-            found.append(lost)
+        found += [lost] if lost is not None else []
     if power_lost:
         found += copies.lost(run.completed[-1], run.log.ops(), armed.disk, ctx.scenario.trigger.model,
                              armed.shown)

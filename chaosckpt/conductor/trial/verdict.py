@@ -106,7 +106,8 @@ def cause(trial: Trial) -> Optional[Finding]:
 
 
 def _leads(finding: Finding, trial: Trial) -> bool:
-    """A lost checkpoint leads only when it was a copy and the checkpoint itself survived for the resume."""
+    """A lost checkpoint leads only when it was a copy or a hard link and the checkpoint itself survived for the
+    resume."""
     if finding.kind != "acknowledged-checkpoint-lost":
         return True
-    return "copy_of" in finding.details and trial.outcome == "last-good"
+    return ("copy_of" in finding.details or "link_of" in finding.details) and trial.outcome == "last-good"
