@@ -168,11 +168,11 @@ def _size(option: str, value: Optional[str]) -> Optional[int]:
 @click.option("--max-inflate", default=None, metavar="SIZE",
               help="Refuse to inflate any record past SIZE (e.g. 4G; default: 4x the file's size, 16M to 1G).")
 @click.option("--max-seconds", type=float, default=None, metavar="SECONDS",
-              help="Stop reading a file or folder after SECONDS of CPU or wall-clock time (default: 30, plus 1 per "
+              help="Stop reading a file or folder after SECONDS of CPU or wall-clock time (default: 20, plus 1 per "
                    "50 MiB it holds): a resource-limit finding.")
 @click.option("--max-memory", default=None, metavar="SIZE",
-              help="Stop reading a file or folder once it takes SIZE more memory (e.g. 2G; default: 512M, or twice "
-                   "its size when more, up to 16G): a resource-limit finding.")
+              help="Stop reading a file or folder once it takes SIZE more memory (e.g. 2G; default: 256M plus twice "
+                   "its size, up to 2.25G): a resource-limit finding.")
 @click.option("--json", "as_json", is_flag=True, help="Print only one JSON document on stdout.")
 def command(files, streams, training, ignored, max_inflate, max_seconds, max_memory, as_json):
     """Inspect checkpoint files and folders without running anything from them.

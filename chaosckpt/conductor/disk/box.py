@@ -20,11 +20,15 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-MEMORY_MIN = 512 << 20
-"""The least memory a file may cost; twice the file's size when that is more (a pickle's bytes are held whole)."""
-MEMORY_MAX = 16 << 30
-SECONDS_MIN = 30.0
-"""The least time a file may take; more for a large file, whose records are all read once for their CRCs."""
+MEMORY_BASE = 256 << 20
+"""Memory any file may cost, beyond the command's own size (about 230 MB with torch): with it, the reader of a
+small file stays under 512 MB in all."""
+MEMORY_PER_BYTE_MAX = 1 << 30
+"""Bytes of a file that add twice their size to its memory: a pickle's bytes are held whole, but never more than
+``--max-inflate`` allows (at most 1 GiB), and tensor data is never held."""
+SECONDS_MIN = 20.0
+"""The least time a file may take (so that, with the command's start, a bomb's audit ends within 30 s); more for
+a large file, whose records are all read once for their CRCs."""
 BYTES_PER_SECOND = 50 << 20
 _PR_SET_PDEATHSIG = 1
 _OUT_OF_MEMORY = (signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS)
@@ -43,7 +47,7 @@ class Limits:
     def for_size(cls, size: int, seconds: Optional[float] = None, memory: Optional[int] = None) -> "Limits":
         """The defaults for ``size`` bytes of files, or the figures given."""
         return cls(seconds or SECONDS_MIN + size / BYTES_PER_SECOND,
-                   memory or min(max(MEMORY_MIN, 2 * size), MEMORY_MAX))
+                   memory or MEMORY_BASE + 2 * min(size, MEMORY_PER_BYTE_MAX))
 
 
 class LimitReached(Exception):
@@ -56,10 +60,11 @@ class LimitReached(Exception):
 
 
 def human(size: int) -> str:
-    """``512 MiB``, ``2 GiB``: how a memory limit is shown."""
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if size >= 1 << shift and size % (1 << shift) == 0:
-            return f"{size >> shift} {unit}"
+    """``512 MiB``, ``2 GiB``, ``267.4 MiB``: how a memory limit is shown."""
+    if size >= 1 << 30 and size % (1 << 30) == 0:
+        return f"{size >> 30} GiB"
+    if size >= 1 << 20:
+        return f"{size / (1 << 20):.1f}".removesuffix(".0") + " MiB"
     return f"{size} bytes"
 
 
