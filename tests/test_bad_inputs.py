@@ -88,6 +88,8 @@ CASES = {
     "nproc-zero": RUN + ["--nproc", "0"],
     "nproc-with-command": ["run", "-s", "kill9-mid-save", "--nproc", "2", "--", "bash", "x.sh"],
     "nproc-word": RUN + ["--nproc", "two"],
+    "nproc-beyond-the-machine": RUN + ["--nproc", "100000"],
+    "suite-nproc-beyond-the-machine": ["suite", "train.py", "-s", "kill9-mid-save", "--nproc", "100000"],
     "max-resumes-negative": RUN + ["--max-resumes", "-1"],
     "map-missing": RUN + ["--map", "/no/such/folder"],
     "map-a-file": RUN + ["--map", "data.txt"],

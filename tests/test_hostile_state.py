@@ -91,3 +91,25 @@ def test_a_cache_manifest_of_the_wrong_shape_is_damage_not_a_crash(tmp_path):
         assert "of another shape" in cache.damage(tmp_path)
     cache.write_manifest(tmp_path)
     assert cache.damage(tmp_path) is None
+
+
+def test_a_suite_trial_verdict_of_a_newer_format_is_one_line_and_exit_2_and_left_as_it_is(suite_dir, tmp_path):
+    """Regression: ``report`` of the suite's folder moved it aside as damaged and exited 0."""
+    verdict = suite_dir / "trials" / "ok" / "result.json"
+    verdict.write_text(json.dumps({**json.loads(verdict.read_text()), "format": 2}))
+    result = run_chaosckpt(["report", str(suite_dir), "--markdown", "s.md"], cwd=tmp_path)
+    assert result.returncode == 2 and result.stdout == ""
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"chaosckpt: error: {verdict} is a result document of format 2, which this chaosckpt "
+                           "cannot read (it reads format 1)")
+    assert verdict.exists() and aside(verdict.parent, "result.json") == []
+
+
+def test_a_suite_plan_of_a_newer_format_is_one_line_and_exit_2_and_left_as_it_is(suite_dir, tmp_path):
+    plan = suite_dir / "suite.json"
+    plan.write_text(json.dumps({**json.loads(plan.read_text()), "format": 2}))
+    result = run_chaosckpt(["report", str(suite_dir)], cwd=tmp_path)
+    assert result.returncode == 2
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"chaosckpt: error: {plan} is a suite plan of format 2, which this chaosckpt cannot read")
+    assert plan.exists() and aside(suite_dir, "suite.json") == []

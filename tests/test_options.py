@@ -33,7 +33,7 @@ def _values(tmp_path: Path) -> dict:
         "command": ["train.py", "--epochs", "2"], "resume_args": ["--resume"], "nproc": 2, "workdir": ".",
         "results": "out", "timeout": 77.0, "tolerance": 0.25, "horizon": 7, "map": [str(tmp_path / "scratch")],
         "exclude": ["old"], "ckpt_dirs": ["ckpt"], "keep_sandbox": True, "max_resumes": 5,
-        "ignore": ["rng-states-missing", "torn-checkpoint"],
+        "ignore": ["rng-states-missing", "torn-checkpoint"], "force": True,
     }
 
 

@@ -239,3 +239,45 @@ def test_a_skipped_trial_shows_its_reason_in_every_report(suite_dir):
     assert case.find("skipped").get("message") == "skipped: node-loss needs a job on 2 or more machines and this one runs on 1"
     assert "| ⏭️ | `node-loss` | – | – | skipped: node-loss needs a job on 2 or more machines" in markdown.render(results)
     assert "<p>Skipped: node-loss needs a job on 2 or more machines and this one runs on 1.</p>" in html.render(results)
+
+
+HOSTILE = "# Forged [click](https://evil.example) <img src=x onerror=alert(1)> | a | b | ```` ~~struck~~ &amp; *em*"
+"""What a job can put in its command, its stderr and so in a headline: markup of every kind a summary renders."""
+
+
+def hostile_suite(suite_dir):
+    """The stored suite, its job's command and its failed trial's headline, finding and commands made ``HOSTILE``."""
+    plan = json.loads((suite_dir / "suite.json").read_text())
+    plan["command"] = plan["args"] = ["python", "train.py", HOSTILE]
+    (suite_dir / "suite.json").write_text(json.dumps(plan))
+    verdict = suite_dir / "trials" / "bad<b>" / "result.json"
+    doc = json.loads(verdict.read_text())
+    trial = doc["trials"][0]
+    trial["headline"] = trial["findings"][0]["message"] = HOSTILE
+    for run in trial["runs"]:
+        run["command"] = ["python", "train.py", HOSTILE]
+    verdict.write_text(json.dumps(doc))
+    return stored.load(suite_dir)
+
+
+def test_job_text_opens_no_markup_in_the_markdown_summary(suite_dir):
+    markdown_it = pytest.importorskip("markdown_it")
+    page = markdown_it.MarkdownIt("commonmark").enable(["table", "strikethrough"]).render(
+        markdown.render(hostile_suite(suite_dir)))
+    assert re.findall(r"<(h\d|a|img|del|em)\b", page) == ["h2", "h3"]  # the summary's own headings, nothing else
+    rows = re.findall(r"<tr>(.*?)</tr>", page, re.S)
+    assert [row.count("<td") for row in rows[1:]] == [5, 5, 5]
+    assert page.count("<pre>") == 1 and HOSTILE.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;") in page
+    shown = page.replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", '"')
+    assert shown.count(HOSTILE) >= 4  # the command, the headline, the finding, the replay: each shown as written
+
+
+def test_job_text_in_junit_is_escaped_and_valid_xml(suite_dir, tmp_path):
+    results = hostile_suite(suite_dir)
+    results.trials[1].trial.headline = "FAILED \x1b[31mred\x00 \u202e<b>&"
+    path = tmp_path / "j.xml"
+    junit.write(results, path)
+    root = ET.fromstring(path.read_text())  # XML may hold neither NUL nor ESC: raw, the file is no XML at all
+    failure = next(c for c in root.iter("testcase") if c.get("name") == "bad<b>").find("failure")
+    assert failure.get("message") == "FAILED \\x1b[31mred\\x00 \\u202e<b>&"
+    assert HOSTILE in failure.text

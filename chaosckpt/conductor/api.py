@@ -38,6 +38,7 @@ class RunKeywords(TypedDict, total=False):
     resume_args: Command
     resume_command: Command
     nproc: int
+    force: bool
     workdir: PathLike
     out: PathLike
     timeout: float

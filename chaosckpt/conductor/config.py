@@ -49,6 +49,8 @@ class SuiteConfig:
     resume_args: Optional[Tuple[str, ...]] = None
     resume_command: Optional[Tuple[str, ...]] = None
     nproc: int = 1
+    force: bool = False
+    """Start more ranks than ``nproc`` allows on this machine (``--force``)."""
     workdir: Path = Path(".")
     scenarios: Tuple[ScenarioEntry, ...] = ()
     tolerance: float = 0.0

@@ -90,8 +90,11 @@ OPTIONS: Tuple[Option, ...] = (
            ("--resume-args",), {"metavar": "ARGS"}, fields=("resume_command",)),
     Option("resume_command", ARGV, "A different command for the resume run, e.g. --resume-cmd 'bash resume.sh'.",
            ("--resume-cmd",), {"metavar": "CMD"}, fields=("resume_command",)),
-    Option("nproc", whole(1), "Run SCRIPT.py as N ranks on each machine, through torch.distributed.run.",
+    Option("nproc", whole(1), "Run SCRIPT.py as N ranks on each machine, through torch.distributed.run; at most "
+           f"{invocation.RANKS_PER_CPU} per CPU of this machine for the ranks it starts here, unless --force.",
            ("--nproc",), {"type": int, "metavar": "N"}, fields=("command", "resume_command")),
+    Option("force", FLAG, f"Start more ranks on this machine than --nproc allows ({invocation.RANKS_PER_CPU} per CPU).",
+           ("--force",), {"is_flag": True, "default": None}, fields=("command", "resume_command")),
     Option("workdir", PATH, "The job's working directory, copied into a private sandbox for every run "
            "(default: the config file's folder, else .).", ("--workdir",), {"type": click.Path(path_type=Path)},
            fields=("workdir",)),
@@ -219,6 +222,8 @@ def trial_spec(conf: Any, workdir: Path, base: Optional[Path], **more: Any) -> D
     commands (``base``: the folder a script in the command is taken from), the sandbox's paths, the cluster;
     ``more`` adds the fields only the caller knows (``results_dir``, ``sweep``, ``reference``, ``prefix``)."""
     cluster = clusters.from_options(conf.nnodes, conf.hosts, conf.node_cmd, conf.listen)
+    here = 1 if cluster is None else cluster.nnodes if cluster.node_cmd is None else 0
+    invocation.check_ranks((conf.nproc or 1) * here, bool(conf.force))
     command = clusters.with_nodes(invocation.job_command(list(conf.command), workdir, base), conf.nproc, cluster)
     results = conf.results.resolve()
     spec = {

@@ -6,6 +6,8 @@ torch is imported only when the command runs, so the rest of the command line st
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
 import stat
@@ -17,8 +19,11 @@ import click
 from chaosckpt.conductor.errors import ExitCode, UsageError, printable
 from chaosckpt.conductor.results.envelope import envelope
 
-KINDS = ("unreadable-checkpoint", "incomplete-checkpoint", "unsafe-pickle", "pickled-objects", "checkpoint-view-bloat",
-         "no-step-in-checkpoint", "rng-states-missing")
+KINDS = ("unreadable-checkpoint", "incomplete-checkpoint", "unsafe-pickle", "resource-limit", "pickled-objects",
+         "checkpoint-view-bloat", "no-step-in-checkpoint", "rng-states-missing")
+ALWAYS = {"unsafe-pickle": "a pickle that can run code when loaded is always reported",
+          "resource-limit": "a file audit could not finish reading may hold anything, a pickle that runs code included"}
+"""Kinds ``--ignore`` refuses, and why: ignoring them would let a hostile file pass."""
 SHOWN_KEYS = 12
 
 EPILOG = """\b
@@ -58,7 +63,9 @@ def _render(report: Dict[str, Any]) -> List[str]:
     from chaosckpt.checkpoint_content import human_bytes
 
     name, findings, contents = report["path"], report["findings"], report["contents"]
-    if contents is None:
+    if any(f["kind"] == "resource-limit" for f in findings):
+        head = f"FINDINGS {name}: not read to its end ({report['bytes']} bytes)"
+    elif contents is None:
         head = f"FINDINGS {name}: unreadable ({report['bytes']} bytes)"
     else:
         count = len(contents["keys"]) + contents.get("keys_more", 0)
@@ -91,6 +98,31 @@ def _render_folder(report: Dict[str, Any]) -> List[str]:
     lines += [f"  files: {', '.join(shown) or 'none'}", f"  RNG states: {'; '.join(rng) or 'none'}",
               f"  step/epoch: {', '.join(progress) or 'none'}"]
     return lines + [f"  note: {note}" for note in report["notes"]]
+
+
+def _target_bytes(name: str, target: str) -> int:
+    """The bytes of a file, or of the regular files under a folder (links not followed): what the limits scale by."""
+    if target == "file":
+        return os.stat(name).st_size
+    total = 0
+    for root, _, names in os.walk(name):
+        for entry in names:
+            with contextlib.suppress(OSError):
+                info = os.lstat(os.path.join(root, entry))
+                total += info.st_size if stat.S_ISREG(info.st_mode) else 0
+    return total
+
+
+def _stopped(name: str, target: str, size: int, limit: Any) -> Dict[str, Any]:
+    """The report of a file or folder whose reading was stopped at a limit: one ``resource-limit`` finding."""
+    finding = {"kind": "resource-limit", "limit": limit.which, "figure": limit.figure, "message": (
+        f"audit stopped reading it at its {limit.which} limit ({limit.figure}): a pickle built to exhaust the "
+        "reader (a hash or memory bomb), or more than the limits allow; nothing in it was judged, so do not "
+        "torch.load it. Raise the limits with --max-seconds and --max-memory if you trust the file")}
+    if target == "file":
+        return {"path": name, "bytes": size, "file_format": None, "contents": None, "findings": [finding]}
+    return {"path": name, "format": "checkpoint folder", "bytes": size, "complete": False, "step": None, "files": [],
+            "rng_states": [], "progress": [], "findings": [finding], "notes": []}
 
 
 def _target(name: str) -> str:
@@ -135,8 +167,14 @@ def _size(option: str, value: Optional[str]) -> Optional[int]:
               help=f"Do not report findings of this kind (repeatable): {', '.join(KINDS)}.")
 @click.option("--max-inflate", default=None, metavar="SIZE",
               help="Refuse to inflate any record past SIZE (e.g. 4G; default: 4x the file's size, 16M to 1G).")
+@click.option("--max-seconds", type=float, default=None, metavar="SECONDS",
+              help="Stop reading a file or folder after SECONDS of CPU or wall-clock time (default: 20, plus 1 per "
+                   "50 MiB it holds): a resource-limit finding.")
+@click.option("--max-memory", default=None, metavar="SIZE",
+              help="Stop reading a file or folder once it takes SIZE more memory (e.g. 2G; default: 256M plus twice "
+                   "its size, up to 2.25G): a resource-limit finding.")
 @click.option("--json", "as_json", is_flag=True, help="Print only one JSON document on stdout.")
-def command(files, streams, training, ignored, max_inflate, as_json):
+def command(files, streams, training, ignored, max_inflate, max_seconds, max_memory, as_json):
     """Inspect checkpoint files and folders without running anything from them.
 
     \b
@@ -158,24 +196,38 @@ def command(files, streams, training, ignored, max_inflate, as_json):
     the RNG states present and the step/epoch counters (missing ones only in
     training checkpoints: files with optimizer state). The pickle is read with
     an allowlist: nothing in the file is imported or executed, and no tensor
-    data is loaded into memory.
+    data is loaded into memory. Each file or folder is read in a child
+    process under CPU, memory and time limits.
     """
     for kind in ignored:
+        if kind in ALWAYS:
+            raise UsageError(f"--ignore {kind}: not allowed: {ALWAYS[kind]}")
         if kind not in KINDS:
-            raise UsageError(f"--ignore {kind}: unknown finding kind; known kinds: {', '.join(KINDS)}")
+            raise UsageError(f"--ignore {kind}: unknown finding kind; known kinds: "
+                             f"{', '.join(k for k in KINDS if k not in ALWAYS)}")
+    if max_seconds is not None and not 0 < max_seconds < float("inf"):
+        raise UsageError(f"--max-seconds {max_seconds:g} is invalid: give a number of seconds > 0")
     if streams is not None and streams < 1:
         raise UsageError(f"--streams {streams} is invalid: give how many random streams the loop draws from (>= 1)")
     targets = [_target(name) for name in files]
     limit = _size("--max-inflate", max_inflate)
+    memory = _size("--max-memory", max_memory)
     from chaosckpt.conductor.disk import checkpoint_folder  # import torch: only when auditing, so other commands start fast
-    from chaosckpt.conductor.disk import audit
+    from chaosckpt.conductor.disk import audit, box
 
     reports, folders = [], []
     expanded = [(name, target) for given, target in zip(files, targets)
                 for name in (checkpoint_folder.checkpoints_in(given) if target == "folder" else [given])]
     for name, target in expanded:
+        size = _target_bytes(name, target)
+        reader = (functools.partial(checkpoint_folder.audit_folder, name, streams=streams, max_inflate=limit,
+                                    training=training) if target == "folder" else
+                  functools.partial(audit.audit_file, name, streams=streams, max_inflate=limit, training=training))
+        try:
+            report = box.run(reader, box.Limits.for_size(size, max_seconds, memory))
+        except box.LimitReached as reached:
+            report = _stopped(name, target, size, reached)
         if target == "folder":
-            report = checkpoint_folder.audit_folder(name, streams=streams, max_inflate=limit, training=training)
             for part in report["files"]:
                 part["findings"] = [f for f in part["findings"] if f["kind"] not in ignored]
                 part["status"] = checkpoint_folder.status(part)
@@ -184,7 +236,6 @@ def command(files, streams, training, ignored, max_inflate, as_json):
             folders.append(report)
             lines = _render_folder(report)
         else:
-            report = audit.audit_file(name, streams=streams, max_inflate=limit, training=training)
             report["findings"] = [f for f in report["findings"] if f["kind"] not in ignored]
             report["status"] = "findings" if report["findings"] else "ok"
             reports.append(report)

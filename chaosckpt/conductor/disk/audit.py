@@ -25,6 +25,7 @@ import pickletools
 import re
 import stat
 import struct
+import sys
 import warnings
 import zipfile
 import zlib
@@ -58,22 +59,62 @@ def inflate_limit(size: int) -> int:
     return min(max(INFLATE_FACTOR * size, INFLATE_MIN), INFLATE_MAX)
 
 _DANGEROUS_MODULES = frozenset({
-    "os", "posix", "nt", "subprocess", "pty", "sys", "shutil", "importlib", "runpy", "code", "codeop",
+    "os", "posix", "nt", "subprocess", "_posixsubprocess", "pty", "sys", "shutil", "importlib", "runpy", "code", "codeop",
     "ctypes", "socket", "pickle", "_pickle", "marshal", "dill", "webbrowser", "platform", "pydoc",
     "multiprocessing", "asyncio", "signal", "tempfile", "timeit", "cProfile", "profile", "pdb", "bdb",
     "commands", "popen2", "torch.hub", "torch.utils.cpp_extension", "torch.jit", "torch.package",
+    "torch.utils.collect_env", "numpy.testing", "numpy.f2py", "numpy.distutils",
 })
 _DANGEROUS_BUILTINS = frozenset({
     "eval", "exec", "compile", "open", "__import__", "getattr", "setattr", "delattr", "globals", "locals",
     "vars", "input", "breakpoint", "exit", "quit", "help", "memoryview", "print",
 })
-_DANGEROUS_NAMES = frozenset({"operator.attrgetter", "operator.methodcaller", "functools.partial",
-                              "functools.reduce", "types.FunctionType", "types.CodeType", "torch.load",
-                              "torch.serialization.load", "numpy.load", "numpy.lib.npyio.load"})
+_DANGEROUS_NAMES = frozenset({"operator.attrgetter", "operator.methodcaller", "_operator.attrgetter",
+                              "_operator.methodcaller", "functools.partial", "functools.reduce", "_functools.partial",
+                              "_functools.reduce", "types.FunctionType", "types.CodeType", "torch.load",
+                              "torch.serialization.load", "numpy.load", "numpy.lib.npyio.load", "io.open", "_io.open",
+                              "_io.FileIO", "codecs.open", "uuid._get_command_stdout",
+                              "torch.fx.graph_module._exec_with_source"})
+"""Callables known to run commands, code or file writes: named so in the finding (every name outside the
+allowlist and :data:`KNOWN_OBJECTS` is ``unsafe-pickle`` all the same)."""
+KNOWN_OBJECTS = frozenset({
+    "argparse.Namespace", "pathlib.Path", "pathlib.PosixPath", "pathlib.PurePosixPath", "pathlib.WindowsPath",
+    "pathlib.PureWindowsPath", "torch.serialization._get_layout",
+    "numpy.random._pickle.__randomstate_ctor", "numpy.random._pickle.__bit_generator_ctor",
+    "numpy.random._pickle.__generator_ctor", "numpy.random.mtrand.RandomState", "numpy.random._generator.Generator",
+    "numpy.random._mt19937.MT19937", "numpy.random._pcg64.PCG64", "numpy.random._pcg64.PCG64DXSM",
+    "numpy.random._philox.Philox", "numpy.random._sfc64.SFC64", "numpy.random.bit_generator.SeedSequence",
+    "numpy.random.bit_generator.__pyx_unpickle_SeedSequence",
+    "torch.distributed.checkpoint.metadata.Metadata", "torch.distributed.checkpoint.metadata.TensorStorageMetadata",
+    "torch.distributed.checkpoint.metadata.BytesStorageMetadata", "torch.distributed.checkpoint.metadata.TensorProperties",
+    "torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING",
+    "torch.distributed.checkpoint.metadata.ChunkStorageMetadata", "torch.distributed.checkpoint.metadata.MetadataIndex",
+    "torch.distributed.checkpoint.metadata.StorageMeta", "torch.distributed.checkpoint.filesystem._StorageInfo",
+    "transformers.training_args.TrainingArguments", "transformers.training_args.OptimizerNames",
+    "transformers.trainer_utils.SchedulerType", "transformers.trainer_utils.IntervalStrategy",
+    "transformers.trainer_utils.SaveStrategy", "transformers.trainer_utils.HubStrategy",
+    "transformers.trainer_pt_utils.AcceleratorConfig", "accelerate.state.PartialState",
+    "accelerate.utils.dataclasses.DistributedType",
+})
+"""Objects ``torch.load(weights_only=True)`` refuses that audit knows to hold data (Namespaces, paths, numpy random
+states, DCP's metadata, the Hugging Face Trainer's arguments), as do torch.nn's module classes: ``pickled-objects``.
+Every other name outside the allowlist is ``unsafe-pickle``: nothing tells a class from a command by its name."""
 
 
 class AuditError(Exception):
     """A file chaosckpt could not read as a checkpoint; the message is one line for the report."""
+
+
+def is_known_object(name: str) -> bool:
+    """Whether a global outside the allowlist is one audit knows as data: :data:`KNOWN_OBJECTS`, or a class of
+    torch.nn's modules (looked up among the modules torch has imported; nothing is imported for it)."""
+    if name in KNOWN_OBJECTS:
+        return True
+    module, _, attr = name.rpartition(".")
+    if not module.startswith("torch.nn.") or not attr.isidentifier():
+        return False
+    value = getattr(sys.modules.get(module), attr, None)
+    return isinstance(value, type) and issubclass(value, torch.nn.Module)
 
 
 def is_dangerous(name: str) -> bool:
@@ -453,17 +494,23 @@ class PickleLog:
         return shown
 
     def findings(self) -> List[Dict[str, Any]]:
-        """``unsafe-pickle`` for callables that run commands or code, ``pickled-objects`` for the rest."""
+        """``unsafe-pickle`` for every name outside the allowlist and :data:`KNOWN_OBJECTS` (those known to run
+        commands first), ``pickled-objects`` for known objects that ``weights_only=True`` refuses."""
         out = []
         dangerous = [n for n in self.names if is_dangerous(n)]
-        if dangerous:
-            shown = self._shown_calls(dangerous)
-            what = "; ".join(_first(shown or dangerous))
-            out.append({"kind": "unsafe-pickle", "callables": dangerous[:NAMES_SHOWN], "calls": shown[:NAMES_SHOWN],
-                        "message": (
-                f"loading this file runs {what}: its pickle calls code that can run commands; chaosckpt did not "
-                "run it. Do not torch.load it with weights_only=False")})
-        others = [n for n in self.names if n not in dangerous]
+        unknown = [n for n in self.names if n not in dangerous and not is_known_object(n)]
+        unsafe = dangerous + unknown
+        if unsafe:
+            shown = self._shown_calls(unsafe)
+            what = "; ".join(_first(shown or unsafe))
+            why = ("its pickle calls code that can run commands; chaosckpt did not run it. Do not torch.load it with "
+                   "weights_only=False" if dangerous else
+                   "its pickle calls code that audit does not know as data (docs/audit.md lists what it knows), and "
+                   "such code can run commands; chaosckpt did not run it. Do not torch.load it with "
+                   "weights_only=False unless you trust who wrote it")
+            out.append({"kind": "unsafe-pickle", "callables": unsafe[:NAMES_SHOWN], "calls": shown[:NAMES_SHOWN],
+                        "message": f"loading this file runs {what}: {why}"})
+        others = [n for n in self.names if n not in unsafe]
         if others:
             out.append({"kind": "pickled-objects", "names": others[:NAMES_SHOWN], "message": (
                 f"the checkpoint pickles objects of {', '.join(_first(others))}: torch.load(weights_only=True), the "
@@ -477,9 +524,53 @@ def _first(items: List[str]) -> List[str]:
     return items[:NAMES_SHOWN] + ([f"and {len(items) - NAMES_SHOWN} more"] if len(items) > NAMES_SHOWN else [])
 
 
+SHORT = 80
+"""Characters one argument of a call takes in a finding."""
+
+
 def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+    """An argument of a call as the finding shows it, within :data:`SHORT` characters. Built from the first few
+    items of containers and the head of strings, never by ``repr`` of the whole: a pickle can share one list so
+    that its repr is gigabytes, or make an integer of millions of digits."""
+    parts: List[str] = []
+    _describe(value, parts, 0)
+    text = "".join(parts)
+    return text if len(text) <= SHORT else text[: SHORT - 3] + "..."
+
+
+_BRACKETS = {list: "[]", tuple: "()", set: "{}", frozenset: "{}"}
+
+
+def _describe(value: Any, parts: List[str], depth: int) -> None:
+    """Append ``value``'s short form to ``parts``, stopping once they hold more than :data:`SHORT` characters."""
+    if sum(map(len, parts)) > SHORT:
+        return
+    if isinstance(value, PickledObject):
+        parts.append(f"<{value.pickled_name}>")
+    elif isinstance(value, (str, bytes, bytearray)):
+        parts.append(repr(value[:SHORT]))
+    elif isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        parts.append(f"<a {value.bit_length()}-bit integer>")
+    elif value is None or isinstance(value, (bool, int, float, complex)):
+        parts.append(repr(value))
+    elif type(value) in _BRACKETS or isinstance(value, dict):
+        pairs = isinstance(value, dict)
+        opening, closing = "{}" if pairs else _BRACKETS[type(value)]
+        parts.append(opening)
+        if depth >= 3:
+            parts += ["...", closing]
+            return
+        for index, item in enumerate(value.items() if pairs else value):
+            if index and sum(map(len, parts)) > SHORT:
+                break
+            parts.append(", " if index else "")
+            _describe(item[0] if pairs else item, parts, depth + 1)
+            if pairs:
+                parts.append(": ")
+                _describe(item[1], parts, depth + 1)
+        parts.append(closing)
+    else:
+        parts.append(f"<{type(value).__name__}>")
 
 
 class Loaded:
@@ -730,7 +821,7 @@ def _judged() -> Iterator[None]:
     except OSError as exc:
         raise AuditError(f"cannot read it: {exc.strerror or exc}") from None
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, KeyError, AttributeError,
-            RuntimeError, struct.error, MemoryError, RecursionError, zipfile.BadZipFile) as exc:
+            RuntimeError, struct.error, RecursionError, zipfile.BadZipFile) as exc:
         detail = str(exc).splitlines()[0] if str(exc) else "the data ends early"
         raise AuditError(f"not a readable pickle ({type(exc).__name__}: {detail}): torn, damaged or not a checkpoint") from None
 

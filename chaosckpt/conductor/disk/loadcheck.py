@@ -5,12 +5,15 @@ a line: path -> {"ok", "error", "note", "progress"}. The judge is audit's safe r
 (allowlisted unpickling, zip structure, CRCs), so nothing in a checkpoint is executed
 and a file is unreadable only when it is torn or damaged. A file whose pickle names
 objects outside the allowlist (numpy or Python RNG states, custom classes) loads with
-``weights_only=False``: it is readable, with a lesser note saying so.
+``weights_only=False``: it is readable, with a lesser note saying so. Each file is read in a child under
+audit's limits (``box``), so a file the job built to exhaust the reader is unreadable, not a hung sweep.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import subprocess
 import sys
 from typing import Dict, List, Optional
@@ -19,7 +22,24 @@ PROGRESS_KEYS = ("step", "global_step", "epoch", "iteration")
 
 
 def check(path: str) -> Dict:
-    """Whether ``path`` loads: ``{"ok", "error", "note", "progress"}`` (error/note empty strings when none)."""
+    """Whether ``path`` loads: ``{"ok", "error", "note", "progress"}`` (error/note empty strings when none), read
+    under the limits ``audit`` reads a file of its size with."""
+    from chaosckpt.conductor.disk import audit, box  # noqa: F401 - torch imported here once, not in each child
+
+    try:
+        size = os.stat(path).st_size
+    except OSError:
+        size = 0  # _check says why it cannot read the file
+    try:
+        return box.run(functools.partial(_check, path), box.Limits.for_size(size))
+    except box.LimitReached as reached:
+        return {"ok": False, "error": f"reading it was stopped at its {reached.which} limit ({reached.figure}): a "
+                "pickle built to exhaust the reader, or more than a checkpoint of its size should take",
+                "note": "", "progress": {}}
+
+
+def _check(path: str) -> Dict:
+    """:func:`check`, in the reading child."""
     from chaosckpt.conductor.disk import audit
 
     try:

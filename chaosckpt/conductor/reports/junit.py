@@ -3,6 +3,10 @@
 One ``<testsuite>`` per results folder, one ``<testcase>`` per trial. That schema allows ``<properties>``
 on a testsuite only, so each trial's scenario, parameters and replay line are properties named
 ``<trial id>.scenario``, ``<trial id>.params`` and ``<trial id>.replay``; the suite's seed is ``seed``.
+
+Text the job wrote (its command, its stderr in a headline) is escaped as in the HTML report: ElementTree escapes
+markup, and every control, bidi or other hidden character is written as an escape (``\n``, ``\x1b``), since XML
+may not hold most of them and a CI page would show them raw.
 """
 
 from __future__ import annotations
@@ -11,18 +15,24 @@ import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from chaosckpt.conductor.errors import printable
 from chaosckpt.conductor.results import atomic
 from chaosckpt.conductor.results.stored import Results, StoredTrial
+
+
+def _lines(*lines: object) -> str:
+    """Lines of text for an element or attribute, each made printable (see the module's docstring)."""
+    return "\n".join(printable(str(line)) for line in lines)
 
 
 def _details(stored: StoredTrial) -> str:
     lines = [f"- {f.kind}: {f.message}" for f in stored.trial.findings]
     if stored.trial.detail:
-        lines.append(stored.trial.detail)
+        lines += stored.trial.detail.splitlines()
     if stored.replay:
         lines.append(f"replay: {stored.replay}")
     lines.append(f"results and logs: {stored.folder}")
-    return "\n".join(lines)
+    return _lines(*lines)
 
 
 def _counts(results: Results) -> dict:
@@ -45,32 +55,33 @@ def _properties(parent: ET.Element, results: Results) -> None:
             values.append((f"{stored.id}.replay", stored.replay))
     properties = ET.SubElement(parent, "properties")
     for name, value in values:
-        ET.SubElement(properties, "property", name=name, value=value)
+        ET.SubElement(properties, "property", name=_lines(name), value=_lines(value))
 
 
 def _testsuite(root: ET.Element, results: Results, index: int) -> None:
     counts = results.counts()
-    attrs = {"name": results.title, **_counts(results), "skipped": str(counts["not-run"] + counts["skipped"]),
+    attrs = {"name": _lines(results.title), **_counts(results), "skipped": str(counts["not-run"] + counts["skipped"]),
              "time": _time(results), "id": str(index), "package": "chaosckpt"}
     if results.created:
-        attrs["timestamp"] = results.created
+        attrs["timestamp"] = _lines(results.created)
     if results.hostname:
-        attrs["hostname"] = results.hostname
+        attrs["hostname"] = _lines(results.hostname)
     suite = ET.SubElement(root, "testsuite", attrs)
     _properties(suite, results)
     for stored in results.trials:
         trial = stored.trial
-        case = ET.SubElement(suite, "testcase", classname=f"chaosckpt.{Path(stored.scenario).stem}", name=stored.id,
-                             time=f"{stored.own_time:.3f}")
+        case = ET.SubElement(suite, "testcase", classname=_lines(f"chaosckpt.{Path(stored.scenario).stem}"),
+                             name=_lines(stored.id), time=f"{stored.own_time:.3f}")
         if trial is None:
-            ET.SubElement(case, "skipped", message=stored.skipped and f"skipped: {stored.skipped}"
-                          or "not run: the suite was interrupted before this trial finished")
+            ET.SubElement(case, "skipped", message=_lines(stored.skipped and f"skipped: {stored.skipped}"
+                                                          or "not run: the suite was interrupted before this trial finished"))
             continue
+        headline = _lines(trial.headline)
         if trial.status == "failed":
-            ET.SubElement(case, "failure", message=trial.headline, type="not-resilient").text = _details(stored)
+            ET.SubElement(case, "failure", message=headline, type="not-resilient").text = _details(stored)
         elif trial.status == "inconclusive":
-            ET.SubElement(case, "error", message=trial.headline, type=trial.reason or "inconclusive").text = _details(stored)
-        ET.SubElement(case, "system-out").text = f"{trial.headline}\nresults and logs: {stored.folder}"
+            ET.SubElement(case, "error", message=headline, type=_lines(trial.reason or "inconclusive")).text = _details(stored)
+        ET.SubElement(case, "system-out").text = _lines(trial.headline, f"results and logs: {stored.folder}")
 
 
 def render(results: Results) -> str:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from chaosckpt import __version__
+from chaosckpt.conductor.errors import UsageError, shown
 from chaosckpt.conductor.results import atomic
 from chaosckpt.conductor.runs import horizon
 
@@ -153,15 +154,31 @@ _DAMAGE = (ValueError, KeyError, TypeError, IndexError, AttributeError)
 """What reading a cut short or reshaped state file raises (a file that cannot be read at all is no damage of it)."""
 
 
+def other_format(path: Path, what: str, found: Any) -> UsageError:
+    """The one-line error for a state file of a format this chaosckpt cannot read: written by another (newer)
+    chaosckpt, so it is left as it is, never moved aside as damage."""
+    return UsageError(f"{path} is a {what} of format {shown(found)}, which this chaosckpt cannot read (it reads "
+                      f"format {FORMAT}); read it with the chaosckpt that wrote it")
+
+
+def _format(path: Path, what: str, doc: Any) -> None:
+    """Raise :func:`other_format` when ``doc`` declares a whole-number format other than :data:`FORMAT`."""
+    found = doc.get("format", FORMAT) if isinstance(doc, dict) else FORMAT
+    if type(found) is int and found != FORMAT:
+        raise other_format(path, what, found)
+
+
 def stored_trial(folder: Path, trial: PlannedTrial) -> Optional[Dict[str, Any]]:
-    """The trial's verdict if it finished, else None; a damaged verdict is moved aside, and the trial is to run."""
+    """The trial's verdict if it finished, else None; a damaged verdict is moved aside, and the trial is to run.
+    A verdict of another format is a usage error (see :func:`other_format`)."""
     path = trial_dir(folder, trial) / "result.json"
     if not path.is_file():
         return None
     try:
         doc = json.loads(path.read_text())
-        if doc["format"] != 1:
-            raise ValueError(f"format {doc['format']}, which this chaosckpt cannot read")
+        _format(path, "result document", doc)
+        if doc["format"] != FORMAT:
+            raise ValueError(f"format {shown(doc['format'])}, which is no format")
         found = doc["trials"][0]
         if found["status"] not in _STATUSES or not isinstance(found["headline"], str) or not isinstance(found["runs"], list):
             raise ValueError("a verdict without its status, headline or runs")
@@ -172,10 +189,12 @@ def stored_trial(folder: Path, trial: PlannedTrial) -> Optional[Dict[str, Any]]:
 
 
 def load_plan(folder: Path) -> Optional[Dict[str, Any]]:
-    """A suite's ``suite.json`` as stored, if it reads back as a plan; a damaged one is moved aside (None)."""
+    """A suite's ``suite.json`` as stored, if it reads back as a plan; a damaged one is moved aside (None), one of
+    another format is a usage error (see :func:`other_format`)."""
     path = folder / "suite.json"
     try:
         data = json.loads(path.read_text())
+        _format(path, "suite plan", data)
         Plan.from_dict(data)
         return data
     except FileNotFoundError:

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional
 
-from chaosckpt.conductor.errors import UsageError, shown
+from chaosckpt.conductor.errors import UsageError
 from chaosckpt.conductor.results import atomic, timestamps
-from chaosckpt.conductor.results.plan import Plan, load_plan, stored_trial, trial_dir
+from chaosckpt.conductor.results.plan import Plan, load_plan, other_format, stored_trial, trial_dir
 from chaosckpt.conductor.results.result import Finding, RunRecord, Trial
 from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog
 
@@ -222,8 +222,7 @@ def _document(path: Path) -> Results:
     if not isinstance(doc, dict) or "format" not in doc:
         raise UsageError(f"{path} is no chaosckpt result document (it has no format field)")
     if doc["format"] != 1:
-        raise UsageError(f"{path} is a result document of format {shown(doc['format'])}, which this chaosckpt cannot "
-                         "read (it reads format 1); render it with the chaosckpt that wrote it")
+        raise other_format(path, "result document", doc["format"])
     trials = [trial_from_dict(t) for t in doc.get("trials", [])]
     command = shlex.join(trials[0].runs[0].command) if trials and trials[0].runs else ""
     results = Results(path.parent, f"chaosckpt results {path.parent.name}", command, timestamps.of_folder(path.parent),

@@ -115,6 +115,19 @@ def known_ranks(command: Sequence[str], nproc: Optional[int], nnodes: int = 1) -
     return None
 
 
+RANKS_PER_CPU = 4
+"""Ranks ``--nproc`` may start per CPU of this machine without ``--force``: CPU jobs are often tested with a few
+ranks per core, and a typo of 100000 must not start 100000 processes."""
+
+
+def check_ranks(ranks: int, force: bool) -> None:
+    """Refuse ``ranks`` local ranks past :data:`RANKS_PER_CPU` per CPU this process may use, unless ``force``."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if ranks > RANKS_PER_CPU * cpus and not force:
+        raise UsageError(f"--nproc would start {ranks} ranks on this machine, which has {cpus} CPUs: at most "
+                         f"{RANKS_PER_CPU * cpus} ({RANKS_PER_CPU} per CPU) without --force")
+
+
 def check_seconds(option: str, value: float) -> None:
     if not math.isfinite(value) or value <= 0:
         raise UsageError(f"{option} {value:g} is invalid: a run needs a finite time limit; give seconds > 0")
