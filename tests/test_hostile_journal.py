@@ -204,3 +204,23 @@ def test_a_forged_journal_writes_nothing_outside_and_the_trial_cannot_pass(tmp_p
                                 "why": "it is inside ckpt/evil, a symbolic link: a rebuild would write where the link leads"}
     assert "op 1000005 (open ckpt/evil/victim.txt)" in trial["headline"]
     assert "Traceback" not in res.stderr
+
+
+@pytest.mark.e2e
+def test_a_suite_rebuilding_power_losses_from_one_shared_run_refuses_the_forged_journal_too(tmp_path, hostile):
+    """Two power losses of save 2 share one journaled faulted run: each trial maps its journal into its own sandbox
+    and rebuilds from it, and each refuses the same forged operations."""
+    project, host = hostile
+    (project / "chaosckpt.toml").write_text(
+        f'command = "train.py --host-file {host} --project {project}"\n'
+        '[[scenarios]]\nscenario = "power-loss"\nid = "returned"\nparams = { save = 2 }\n'
+        '[[scenarios]]\nscenario = "power-loss"\nid = "strict"\nparams = { save = 2, model = "strict" }\n')
+    res = run_chaosckpt(["suite"], cwd=project)
+    assert res.returncode == 4, res.stdout + res.stderr
+    [folder] = (project / "chaosckpt-results").glob("*-suite*")
+    trials = json.loads((folder / "result.json").read_text())["trials"]
+    assert [(t["status"], t["reason"], "shared" in t["fault"]) for t in trials] == [
+        ("inconclusive", "journal-refused", True)] * 2
+    for trial in trials:
+        [found] = [f for f in trial["findings"] if f["kind"] == "journal-refused"]
+        assert {r["op"]: r["path"] for r in found["refused"]}[1000005] == "ckpt/evil/victim.txt"
