@@ -317,6 +317,7 @@ FindingKind = Literal[
     "eval-mode-in-training",
     "exit-with-save-in-flight",
     "in-place-save",
+    "journal-refused",
     "move-became-copy",
     "no-loadable-checkpoint",
     "no-loader-state",
@@ -358,7 +359,8 @@ _ERRORS: tuple[FindingKind, ...] = ("acknowledged-checkpoint-lost", "background-
 _NOTES: tuple[FindingKind, ...] = ("crash-at-exit", "not-interposed", "resumed-weights-unmatched", "steps-before-load",
                                    "sweep")
 # ``sweep-untried`` (classes of crash state a sweep never resumed) is a warning: no defect of the job, but what was
-# not tried could still fail it, so the verdict leaves a trial that would pass inconclusive (``verdict.UNSETTLING``).
+# not tried could still fail it, so the verdict leaves a trial that would pass inconclusive (``verdict.UNSETTLING``);
+# so is ``journal-refused`` (journal operations the rebuild would not replay): a forged journal proves nothing.
 SEVERITY: Dict[str, Severity] = {
     kind: "error" if kind in _ERRORS else "note" if kind in _NOTES else "warning" for kind in FINDING_KINDS
 }

@@ -21,7 +21,7 @@ def ino(n):
 
 def disk_with_old_checkpoint(fs):
     fs.create_file(f"{ROOT}/last.pt", contents=b"OLD-CHECKPOINT")
-    disk = crash.Disk.scan([ROOT])
+    disk = crash.Disk.scan([ROOT], keeps="/keep")
     old = disk.names[f"{ROOT}/last.pt"]
     return disk, old
 
@@ -109,7 +109,7 @@ def test_crash_points_inside_a_save(fs):
 def test_truncation_after_fsync_keeps_the_durable_prefix(fs):
     fs.create_file(f"{ROOT}/run.pt", contents=b"new-bytes")
     fs.create_file("/keep/run.1", contents=b"DURABLE")
-    disk = crash.Disk(roots=[ROOT])
+    disk = crash.Disk(roots=[ROOT], keeps="/keep")
     disk.apply({"op": "open", "path": f"{ROOT}/run.pt", "ino": ino(5), "created": True, "trunc": True, "size": 0})
     disk.apply({"op": "write", "ino": ino(5), "off": 0, "len": 7})
     disk.apply({"op": "fsync", "ino": ino(5), "size": 7})
@@ -123,7 +123,7 @@ def test_truncation_after_fsync_keeps_the_durable_prefix(fs):
 def test_unlink_survives_only_a_directory_fsync_under_strict(fs):
     fs.create_file("/keep/gone", contents=b"OLD")
     fs.create_dir(ROOT)
-    disk = crash.Disk.scan([ROOT])
+    disk = crash.Disk.scan([ROOT], keeps="/keep")
     disk.apply({"op": "open", "path": f"{ROOT}/a.pt", "ino": ino(7), "created": True, "trunc": True, "size": 0})
     disk.apply({"op": "write", "ino": ino(7), "off": 0, "len": 3})
     disk.apply({"op": "fsync", "ino": ino(7), "size": 3})
@@ -135,14 +135,16 @@ def test_unlink_survives_only_a_directory_fsync_under_strict(fs):
     assert contents(disk.after_crash("strict")) == {}
 
 
-def test_materialize_rewrites_the_roots(fs):
-    fs.create_file(f"{ROOT}/last.pt", contents=b"whole file")
-    fs.create_file(f"{ROOT}/stray.tmp", contents=b"x")
-    entries = [crash.Entry(f"{ROOT}/last.pt", f"{ROOT}/last.pt", 5), crash.Entry(f"{ROOT}/sub/empty.pt", None, 0)]
-    crash.materialize(entries, [ROOT])
-    assert sorted(os.listdir(ROOT)) == ["last.pt", "sub"]
-    assert open(f"{ROOT}/last.pt", "rb").read() == b"whole"
-    assert open(f"{ROOT}/sub/empty.pt", "rb").read() == b""
+def test_materialize_rewrites_the_roots(tmp_path):
+    root = tmp_path / "ckpt"
+    root.mkdir()
+    (root / "last.pt").write_bytes(b"whole file")
+    (root / "stray.tmp").write_bytes(b"x")
+    entries = [crash.Entry(f"{root}/last.pt", f"{root}/last.pt", 5), crash.Entry(f"{root}/sub/empty.pt", None, 0)]
+    crash.materialize(entries, [str(root)], tmp_path)
+    assert sorted(os.listdir(root)) == ["last.pt", "sub"]
+    assert (root / "last.pt").read_bytes() == b"whole"
+    assert (root / "sub" / "empty.pt").read_bytes() == b""
 
 
 @pytest.mark.parametrize("model", crash.MODELS)
@@ -153,25 +155,31 @@ def test_paths_outside_the_roots_are_not_materialized(fs, model):
     assert disk.after_crash(model) == []
 
 
-def test_materialize_makes_no_folder_the_crashed_run_never_made(fs):
+def test_materialize_makes_no_folder_the_crashed_run_never_made(tmp_path):
     """A checkpoint location the reference saved into but the faulted run never reached stays absent."""
-    fs.create_file("/w/out/checkpoint-4/model.pt", contents=b"weights")
-    entries = [crash.Entry("/w/out/checkpoint-4/model.pt", "/w/out/checkpoint-4/model.pt", 7)]
-    crash.materialize(entries, ["/w/out", "/w/out/checkpoint-8", "/w/late"])
-    assert os.listdir("/w/out") == ["checkpoint-4"]
-    assert not os.path.exists("/w/late")
-    assert open("/w/out/checkpoint-4/model.pt", "rb").read() == b"weights"
+    model = tmp_path / "out" / "checkpoint-4" / "model.pt"
+    model.parent.mkdir(parents=True)
+    model.write_bytes(b"weights")
+    entries = [crash.Entry(str(model), str(model), 7)]
+    crash.materialize(entries, [str(tmp_path / "out"), str(tmp_path / "out/checkpoint-8"), str(tmp_path / "late")],
+                      tmp_path)
+    assert os.listdir(tmp_path / "out") == ["checkpoint-4"]
+    assert not (tmp_path / "late").exists()
+    assert model.read_bytes() == b"weights"
 
 
-def test_a_symbolic_link_is_a_name_that_survives_as_names_do_and_is_rebuilt_as_a_link(fs):
+def test_a_symbolic_link_is_a_name_that_survives_as_names_do_and_is_rebuilt_as_a_link(tmp_path):
     """Lightning's save_last="link": last.ckpt links to a checkpoint that was never fsynced."""
-    fs.create_dir(ROOT)
-    fs.create_file(f"{ROOT}/epoch=1.ckpt", contents=b"CHECKPOINT")
-    fs.create_symlink(f"{ROOT}/last.ckpt", "epoch=1.ckpt")
+    ROOT = str(tmp_path / "ckpt")
+    os.mkdir(ROOT)
+    with open(f"{ROOT}/epoch=1.ckpt", "wb") as f:
+        f.write(b"CHECKPOINT")
+    os.symlink("epoch=1.ckpt", f"{ROOT}/last.ckpt")
     disk = crash.Disk.scan([ROOT])
     assert disk.inodes[disk.names[f"{ROOT}/last.ckpt"]].link == "epoch=1.ckpt"  # the scan sees a link, not its file
     disk.apply({"op": "unlink", "path": f"{ROOT}/last.ckpt", "ino": list(disk.names[f"{ROOT}/last.ckpt"])})
-    fs.create_file(f"{ROOT}/epoch=2.ckpt", contents=b"NEWER")
+    with open(f"{ROOT}/epoch=2.ckpt", "wb") as f:
+        f.write(b"NEWER")
     for op in ({"op": "open", "path": f"{ROOT}/epoch=2.ckpt", "ino": ino(7), "created": True, "trunc": True, "size": 0},
                {"op": "write", "ino": ino(7), "off": 0, "len": 5},
                {"op": "symlink", "path": f"{ROOT}/last.ckpt", "target": "epoch=2.ckpt", "ino": ino(8)}):
@@ -181,7 +189,7 @@ def test_a_symbolic_link_is_a_name_that_survives_as_names_do_and_is_rebuilt_as_a
     assert links["strict"]["last.ckpt"] == "epoch=1.ckpt"  # no fsync of the folder made the new link durable
     why = crash.missing_durability(disk, f"{ROOT}/last.ckpt", "ordered", os.path.basename)
     assert why == "it links to epoch=2.ckpt, and its data was not fsynced (0 of 5 bytes durable)"
-    crash.materialize(disk.after_crash("ordered"), [ROOT])
+    crash.materialize(disk.after_crash("ordered"), [ROOT], tmp_path)
     assert os.readlink(f"{ROOT}/last.ckpt") == "epoch=2.ckpt" and os.path.getsize(f"{ROOT}/epoch=2.ckpt") == 0
     assert crash.Disk.from_dict(disk.to_dict()).inodes[(1, 8)].link == "epoch=2.ckpt"
 

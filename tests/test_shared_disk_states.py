@@ -71,7 +71,7 @@ CHILD = textwrap.dedent("""
         os.chdir(folder)
         ops = []
         journal = fileops.Journal(lambda kind, **f: ops.append({"t": kind, "pid": 1, **f}),
-                                  [os.path.join(folder, "ckpt")], os.path.join(folder, "..", "run", "keep"))
+                                  [os.path.join(folder, "ckpt")], os.path.join(os.path.dirname(folder), "run", "keep"))
         fileops.install(journal)
         for step in steps:
             act(*step)
@@ -95,9 +95,10 @@ def tree(root: Path) -> Dict[str, object]:
     return found
 
 
-def state(entries: List[crash.Entry], roots: List[str], box: Path, scratch: Path) -> Dict[str, object]:
+def state(entries: List[crash.Entry], disk: crash.Disk, box: Path, scratch: Path) -> Dict[str, object]:
     """A crash state's files as a resume in ``box`` finds them (materialized under ``scratch``)."""
-    crash.materialize(entries, roots, lambda p: str(scratch / os.path.relpath(p, box)))
+    scratch.mkdir(parents=True)
+    crash.materialize(entries, disk.roots, scratch, lambda p: str(scratch / os.path.relpath(p, box)), disk.keeps)
     return tree(scratch)
 
 
@@ -113,6 +114,7 @@ def saves(tmp_path_factory) -> List[tuple]:
         for name in rng.sample(NAMES, rng.randint(0, 2)):  # what earlier saves left, durable
             (box / "ckpt" / name).write_bytes(bytes([index]) * rng.randint(1, 500))
         initial = crash.Disk.scan([str(box / "ckpt")])
+        initial.keeps = str(box.parent / "run" / "keep")
         made.append((box, crash.Disk.from_dict(json.loads(json.dumps(initial.to_dict())))))  # as a suite stores it
         jobs.append([str(box), program(rng)])
     proc = subprocess.run([sys.executable, "-c", CHILD], input=json.dumps(jobs), capture_output=True, text=True,
@@ -134,8 +136,8 @@ def test_every_crash_state_of_a_save_rebuilt_in_a_copy_of_the_shared_sandbox_is_
         assert len(mine.points) == len(theirs.points) == len(ops) + 1
         for point, (a, b) in enumerate(zip(mine.points, theirs.points)):
             here = tmp_path / str(index) / f"{model}-{point}"
-            alone = state(mine.states[a.state], initial.roots, box, here / "alone")
-            rebuilt = state(theirs.states[b.state], disk.roots, copy, here / "shared")
+            alone = state(mine.states[a.state], initial, box, here / "alone")
+            rebuilt = state(theirs.states[b.state], disk, copy, here / "shared")
             assert rebuilt == alone, f"save {index}, crash point {point} ({a.operation}), {model} model"
             compared += 1
     assert compared > SAVES * 4
@@ -148,9 +150,9 @@ def test_a_power_loss_rebuilt_in_a_copy_of_the_shared_sandbox_leaves_the_files_t
         copy = sandbox.create(box, tmp_path / str(index) / "trial")
         disk, end, native = shared.journal_in(initial, ops, shared._mover(box, copy))
         crash.power_cut(disk, [shared._moved_event(op, shared._mover(box, copy)) for op in ops], model, disk.roots,
-                        end, native)
+                        copy, end, native)
         own = sandbox.create(box, tmp_path / str(index) / "own-before")  # the own rebuild rewrites ``box``
-        crash.power_cut(initial.fork(), ops, model, initial.roots)
+        crash.power_cut(initial.fork(), ops, model, initial.roots, box)
         assert tree(copy) == tree(box), f"save {index}, {model} model"
         changed += tree(own) != tree(box)
     assert changed > SAVES / 4  # the power losses took something: there was something to get wrong

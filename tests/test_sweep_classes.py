@@ -19,7 +19,7 @@ def unlink_then_rename(fs):
     """The save of tests/jobs/sweep_unlink_job.py: tmp.pt written and fsynced in chunks, last.pt unlinked, then
     tmp.pt renamed over it."""
     fs.create_file(f"{ROOT}/last.pt", contents=b"OLD-CHECKPOINT")
-    disk = crash.Disk.scan([ROOT])
+    disk = crash.Disk.scan([ROOT], keeps="/keep")
     old = list(disk.names[f"{ROOT}/last.pt"])
     fs.create_file("/keep/old", contents=b"OLD-CHECKPOINT")
     fs.create_file(f"{ROOT}/tmp.pt", contents=b"NEW-CHECKPOINT-DATA")

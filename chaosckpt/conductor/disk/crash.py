@@ -13,16 +13,24 @@ Three models, named for what they assume:
 Files are assumed to be written sequentially (as checkpoints are): the durable
 data of a file is a prefix of what it holds at the end, or of the copy the agent
 kept before a truncation or a replacement destroyed it.
+
+The journal is the job's to write (``journal``): the disk refuses an operation that would make a rebuild write
+through a symbolic link or read a kept copy from elsewhere, and ``materialize`` writes only beneath the folder it
+is given, through descriptors that follow no link (``beneath``).
 """
 
 from __future__ import annotations
 
 import copy
+import errno
 import os
 import shutil
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Literal, Optional, Tuple, Union
+
+from chaosckpt.conductor.disk import beneath, journal
 
 Model = Literal["none", "ordered", "strict"]
 MODELS = ("none", "ordered", "strict")
@@ -56,21 +64,30 @@ class Entry:
         return (self.path, self.ino, self.version, self.length, self.link)
 
 
+_MADE = {"open": "path", "rename": "dst", "link": "path", "symlink": "path", "mkdir": "path"}
+"""The field of each operation that names the entry it makes."""
+
+
 class Disk:
     """Replays journal operations over the initial contents of the checkpoint directories."""
 
-    def __init__(self, roots: Iterable[str]) -> None:
+    def __init__(self, roots: Iterable[str], keeps: Optional[str] = None) -> None:
         self.roots = [os.path.abspath(r) for r in roots]
+        self.keeps = keeps
+        """The folder the agent keeps the data an operation destroys in (the run's ``events/keep``): the only
+        place besides the roots a rebuild reads from; None until the run that fills it is known."""
         self.inodes: Dict[Ino, Inode] = {}
         self.names: Dict[str, Ino] = {}
         self.dirs: set = set()
         self.durable_names: Dict[str, Dict[str, object]] = {}
         self.ops_applied = 0
+        self.refused: List[journal.Refusal] = []
+        """The operations ``apply`` refused, in order."""
 
     @classmethod
-    def scan(cls, roots: Iterable[str]) -> "Disk":
+    def scan(cls, roots: Iterable[str], keeps: Optional[str] = None) -> "Disk":
         """The disk as the job finds it at start: everything on it is durable."""
-        disk = cls(roots)
+        disk = cls(roots, keeps)
         for root in disk.roots:
             if not os.path.isdir(root):
                 continue
@@ -99,8 +116,13 @@ class Disk:
         key = (int(list(ino)[0]), int(list(ino)[1]))
         return key, self.inodes.setdefault(key, Inode())
 
-    def apply(self, op: dict) -> None:
-        """One journal operation, as the agent recorded it."""
+    def apply(self, op: dict) -> bool:
+        """One journal operation, of the shape the agent records (``journal.malformed`` says it is); False when it
+        is refused (``refusal``): the disk stays as it was and keeps the refusal in ``refused``."""
+        refused = self.refusal(op)
+        if refused is not None:
+            self.refused.append(journal.Refusal(op.get("n"), op["op"], *refused))
+            return False
         kind = op["op"]
         self.ops_applied += 1
         if kind == "open":
@@ -151,6 +173,41 @@ class Disk:
             self.dirs.add(op["path"])
         elif kind == "rmdir":
             self.dirs.discard(op["path"])
+        return True
+
+    def refusal(self, op: dict) -> Optional[Tuple[str, str, Optional[str]]]:
+        """The path, the reason (``journal.Refusal.why``) and the link on the way when replaying ``op`` could lead a
+        rebuild astray: a kept copy outside ``keeps`` (it would read whatever the job named); a name made inside a
+        symbolic link, or a link made over a folder that holds names (it would write where the link leads); a file
+        or a link made in place of a checkpoint folder itself (the rebuild makes that folder)."""
+        keep = op.get("keep")
+        if keep is not None and not (self.keeps and keep.startswith(self.keeps + os.sep)):
+            return keep, "its kept copy is not in the agent's keep folder", None
+        field = _MADE.get(op["op"])
+        if field is None:
+            return None
+        path = op[field]
+        parent = os.path.dirname(path)
+        while parent != os.path.dirname(parent):
+            if self._link(self.names.get(parent)):
+                return path, "it is inside {link}, a symbolic link: a rebuild would write where the link leads", parent
+            parent = os.path.dirname(parent)
+        moved = self.names.get(op["src"], op.get("ino")) if op["op"] == "rename" else op.get("ino")
+        if (op["op"] == "symlink" or self._link(moved)) and self._holds(path):
+            return path, "it makes a symbolic link of a folder that holds files: a rebuild would write where it leads", None
+        folder = op["op"] == "mkdir" or op["op"] == "rename" and op["src"] in self.dirs
+        if path in self.roots and not folder:
+            return path, "it puts a file or a link in place of a checkpoint folder", None
+        return None
+
+    def _link(self, key: Optional[Ino]) -> bool:
+        inode = None if key is None else self.inodes.get((int(key[0]), int(key[1])))
+        return inode is not None and inode.link is not None
+
+    def _holds(self, path: str) -> bool:
+        """Whether a name or a folder of the disk lies inside ``path``."""
+        inside = path + os.sep
+        return any(p.startswith(inside) for p in self.names) or any(d.startswith(inside) for d in self.dirs)
 
     def under_roots(self, path: str) -> bool:
         return any(path == r or path.startswith(r + os.sep) for r in self.roots)
@@ -223,6 +280,7 @@ class Disk:
         journal this way."""
         return {
             "roots": self.roots,
+            "keeps": self.keeps,
             "ops_applied": self.ops_applied,
             "dirs": sorted(self.dirs),
             "names": dict(self.names),
@@ -233,7 +291,7 @@ class Disk:
 
     @classmethod
     def from_dict(cls, data: Dict) -> "Disk":
-        disk = cls(data["roots"])
+        disk = cls(data["roots"], data.get("keeps"))
         disk.ops_applied = data["ops_applied"]
         disk.dirs = set(data["dirs"])
         disk.names = {p: (k[0], k[1]) for p, k in data["names"].items()}
@@ -245,33 +303,99 @@ class Disk:
         return disk
 
 
-def materialize(entries: List[Entry], roots: Iterable[str], target_of=lambda p: p) -> None:
+def materialize(entries: List[Entry], roots: Iterable[str], base: Union[str, Path], target_of=lambda p: p,
+                keeps: Optional[str] = None) -> None:
     """Rewrite the roots to hold exactly ``entries`` (each at ``target_of(path)``); a root that is not there and
-    holds no entry stays absent: no folder the crashed run never made."""
+    holds no entry stays absent: no folder the crashed run never made. Every write lands beneath ``base``, through
+    folders opened without following a link (``beneath``), and the data is read only from files beneath the roots
+    or ``keeps``: a path that would lead elsewhere raises ``beneath.Escape``."""
+    roots = [os.path.abspath(r) for r in roots]
     blobs: List[Tuple[str, Union[bytes, str]]] = []
     for entry in entries:
         data: Union[bytes, str] = b""
         if entry.link is not None:
             data = entry.link
-        elif entry.length and entry.source and os.path.exists(entry.source):
-            with open(entry.source, "rb") as f:
-                data = f.read(entry.length)
+        elif entry.length and entry.source:
+            data = _read(entry.source, entry.length, [*roots, *([keeps] if keeps else [])])
         blobs.append((target_of(entry.path), data))
-    for root in roots:
-        root = os.path.abspath(root)
-        target = Path(target_of(root))
-        existed = target.exists()
-        if existed:
-            shutil.rmtree(target)
-        if existed or any(e.path.startswith(root + os.sep) for e in entries):
-            target.mkdir(parents=True)
-    for path, data in blobs:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(data, str):
-            os.symlink(data, path)
-            continue
-        with open(path, "wb") as f:
-            f.write(data)
+    top = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for root in roots:
+            existed = _remove(top, _beneath(base, target_of(root)))
+            if existed or any(e.path.startswith(root + os.sep) for e in entries):
+                os.close(beneath.folder(top, _beneath(base, target_of(root)), make=True))
+        for path, data in blobs:
+            where = _beneath(base, path)
+            folder = beneath.folder(top, os.path.dirname(where), make=True)
+            try:
+                if isinstance(data, str):
+                    os.symlink(data, os.path.basename(where), dir_fd=folder)
+                    continue
+                fd = beneath.open_beneath(folder, os.path.basename(where), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+                with open(fd, "wb") as f:
+                    f.write(data)
+            finally:
+                os.close(folder)
+    finally:
+        os.close(top)
+
+
+def _beneath(base: Union[str, Path], path: str) -> str:
+    """``path`` relative to ``base``; an ``Escape`` when it is not lexically inside it."""
+    where = os.path.relpath(path, base)
+    if where == ".." or where.startswith(".." + os.sep):
+        raise beneath.Escape(errno.EXDEV, f"it is not inside {base}", path)
+    return where
+
+
+def _remove(top: int, where: str) -> bool:
+    """Remove what is at ``where`` beneath ``top`` (a folder and all it holds; a link, not what it leads to);
+    whether there was anything."""
+    try:
+        folder = beneath.folder(top, os.path.dirname(where))
+    except FileNotFoundError:
+        return False
+    name = os.path.basename(where)
+    try:
+        if stat.S_ISDIR(os.stat(name, dir_fd=folder, follow_symlinks=False).st_mode):
+            shutil.rmtree(name, dir_fd=folder)
+        else:
+            os.unlink(name, dir_fd=folder)
+        return True
+    except FileNotFoundError:
+        return False
+    finally:
+        os.close(folder)
+
+
+def _read(source: str, length: int, folders: List[str]) -> bytes:
+    """The first ``length`` bytes of the regular file ``source``, opened beneath the folder of ``folders`` it is
+    in without following a link; nothing when it is in none of them, is gone, lies behind a link or is no regular
+    file: whatever is there is not data the job wrote into its checkpoint folders."""
+    home = next((f for f in folders if source.startswith(f + os.sep)), None)
+    if home is None:
+        return b""
+    try:
+        top = os.open(home, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return b""
+    try:
+        fd = beneath.open_beneath(top, os.path.relpath(source, home), os.O_RDONLY | os.O_NONBLOCK)
+    except (FileNotFoundError, beneath.Escape):
+        return b""
+    finally:
+        os.close(top)
+    with open(fd, "rb", buffering=0) as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return b""
+        chunks, left = [], min(length, os.fstat(fd).st_size)
+        while left > 0:
+            chunk = f.read(min(left, 1 << 24))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
 
 
 def missing_durability(disk: Disk, path: str, model: Model, name=lambda p: p) -> Optional[str]:
@@ -327,16 +451,24 @@ def unseen(disk: Disk) -> List[str]:
     return sorted(found)
 
 
-def power_cut(disk: Disk, ops: Iterable[dict], model: Model, roots: Iterable[str], final: Optional[Disk] = None,
-              native: Optional[List[str]] = None) -> Tuple[List[Entry], List[str]]:
-    """Replay ``ops`` over ``disk`` and rewrite ``roots`` into what they hold when the power comes back;
-    the entries written, and the files no model can judge (``unseen``), which are left as the job wrote them.
-    A crash state rebuilt from a longer journal gives that journal's ``final`` disk (where the data is now)
-    and its ``native`` files."""
+def as_left(path: str) -> Entry:
+    """A file no model can judge (``unseen``), as the job left it: its data whole, or the link it is."""
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        return Entry(path, None, 0, link=os.readlink(path))
+    return Entry(path, path, st.st_size)
+
+
+def power_cut(disk: Disk, ops: Iterable[dict], model: Model, roots: Iterable[str], base: Union[str, Path],
+              final: Optional[Disk] = None, native: Optional[List[str]] = None) -> Tuple[List[Entry], List[str]]:
+    """Replay ``ops`` over ``disk`` and rewrite ``roots`` (beneath ``base``, the sandbox) into what they hold when
+    the power comes back; the entries written, and the files no model can judge (``unseen``), which are left as the
+    job wrote them. A crash state rebuilt from a longer journal gives that journal's ``final`` disk (where the data
+    is now) and its ``native`` files. The operations the disk refused are in ``disk.refused``."""
     for op in ops:
         disk.apply(op)
     entries = disk.after_crash(model, final=final)
     native = unseen(disk) if native is None else native
-    entries += [Entry(path, path, os.path.getsize(path)) for path in native]
-    materialize(entries, roots)
+    entries += [as_left(path) for path in native]
+    materialize(entries, roots, base, keeps=disk.keeps)
     return entries, native

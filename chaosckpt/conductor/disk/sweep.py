@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
-from chaosckpt.conductor.disk import crash
+from chaosckpt.conductor.disk import crash, journal
 from chaosckpt.conductor.disk.checkpoint_folder import CHECKPOINT_SUFFIXES
 from chaosckpt.conductor.disk.loadcheck import LoadChecker
 from chaosckpt.conductor.results.result import CrashPointRecord
@@ -82,6 +82,8 @@ class Sweep:
     """Per state, its class (``classify``)."""
     representatives: List[int] = field(default_factory=list)
     """Per class, the first state in it: the one a resume is run on."""
+    refused: List[journal.Refusal] = field(default_factory=list)
+    """The journal's operations the disk refused (``crash.Disk.refusal``): no crash point, no part of any state."""
 
 
 def explore(initial: crash.Disk, ops: List[dict], in_save: Callable[[dict], bool], model: crash.Model,
@@ -90,17 +92,16 @@ def explore(initial: crash.Disk, ops: List[dict], in_save: Callable[[dict], bool
     """Crash before the save's first operation and after each of its operations (``in_save``); the others in
     ``ops`` change the disk but are no crash points. A row, and what tells states apart, hold the files ``mine``
     says are the checkpoint's; files the journal never saw written (``crash.unseen``) stand in every state as the
-    job left them. A sweep rebuilt from a suite's shared run takes that run's ``final`` disk and ``native`` files
-    (``crash.power_cut`` does the same): the copy of its sandbox has other inode numbers than its journal."""
-    if final is None:
-        final = initial.fork()
-        for op in ops:
-            final.apply(op)
+    job left them; an operation the disk refuses is left out, and named in ``refused``. A sweep rebuilt from a
+    suite's shared run takes that run's ``final`` disk and ``native`` files (``crash.power_cut`` does the same):
+    the copy of its sandbox has other inode numbers than its journal."""
+    replayed = initial.fork()
+    ops = [op for op in ops if replayed.apply(op)]
+    final = replayed if final is None else final
     disk = initial.fork()
-    sweep = Sweep()
+    sweep = Sweep(refused=replayed.refused)
     keys: Dict[Tuple, int] = {}
-    native = crash.unseen(final) if native is None else native
-    kept = [crash.Entry(path, path, os.path.getsize(path)) for path in native]
+    kept = [crash.as_left(path) for path in (crash.unseen(final) if native is None else native)]
     window = [op for op in ops if in_save(op)]
 
     def crash_here(op: Optional[dict]) -> None:
@@ -134,16 +135,19 @@ def _whole(entry: crash.Entry, final: crash.Disk) -> bool:
     return inode is not None and entry.version == inode.version and entry.length == inode.size
 
 
-def check_states(sweep: Sweep, roots: List[str], scratch: Path, checker: LoadChecker) -> List[Dict[str, Optional[Dict]]]:
-    """Materialize every distinct state under ``scratch`` and load-check its files; per state, name -> result."""
+def check_states(sweep: Sweep, roots: List[str], scratch: Path, checker: LoadChecker,
+                 keeps: Optional[str]) -> List[Dict[str, Optional[Dict]]]:
+    """Materialize every distinct state under ``scratch`` and load-check its files; per state, name -> result.
+    ``keeps``: where the agent kept the data the job's operations destroyed (``crash.Disk.keeps``)."""
     results = []
     for index, entries in enumerate(sweep.states):
         base = scratch / f"state-{index}"
+        base.mkdir(parents=True)
 
         def target(path: str, base: Path = base) -> str:
             return str(base / path.lstrip(os.sep))
 
-        crash.materialize(entries, roots, target)
+        crash.materialize(entries, roots, base, target, keeps)
         checked = checker.check([target(e.path) for e in entries
                                  if e.path in sweep.whole[index] and e.path.endswith(CHECKPOINT_SUFFIXES)])
         results.append({e.path: checked.get(target(e.path)) for e in entries})

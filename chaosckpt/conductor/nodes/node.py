@@ -44,7 +44,7 @@ class NodeRun:
         self.events_dir = self.spec.log_dir / "events"
         self.events_dir.mkdir(parents=True, exist_ok=True)
         self.mark = str(start.get("mark") or uuid.uuid4().hex)
-        self.disk = crash.Disk.scan(self.roots) if self.roots else None
+        self.disk = crash.Disk.scan(self.roots, str(self.events_dir / "keep")) if self.roots else None
         self.offsets: Dict[str, int] = {}
         self.flags: Set[str] = set()
         self.lock = threading.Lock()
@@ -115,7 +115,8 @@ class NodeRun:
         report: Dict = {"t": "killed", "survivors": survivors,
                         **{name: _tail(self.spec.log_dir / f"{name}.log") for name in ("stdout", "stderr")}}
         if power_loss and self.disk is not None:
-            entries, native = crash.power_cut(self.disk, RunLog.read(self.events_dir).ops(), power_loss, self.roots)
+            entries, native = crash.power_cut(self.disk, RunLog.read(self.events_dir).ops(), power_loss, self.roots,
+                                              self.spec.cwd)
             report["files"] = {e.path: e.length for e in entries}
             report["native"] = native
         return report

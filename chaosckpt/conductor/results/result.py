@@ -26,6 +26,7 @@ Reason = Literal[
     "disk-full",
     "node-lost",
     "sweep-untried",
+    "journal-refused",
     "slurm-job-ended",
 ]
 """Why a verdict could not be established (status ``inconclusive``)."""

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional
 
 from chaosckpt import protocol
+from chaosckpt.conductor.disk import journal
 
 Event = Dict[str, Any]
 
@@ -86,6 +87,8 @@ class ProcessLog:
     restores: List[Event] = field(default_factory=list)
     fault: Optional[Event] = None
     ops: List[Event] = field(default_factory=list)
+    dropped: List[journal.Refusal] = field(default_factory=list)
+    """``op`` events that are not of the agent's shape (``journal.malformed``), left out of ``ops``."""
     passes: List[Event] = field(default_factory=list)
     """``sampler`` events: one per DataLoader pass, in order."""
     stopped: Optional[int] = None
@@ -159,7 +162,11 @@ def _process(events: List[Event]) -> ProcessLog:
         elif kind == "fault":
             log.fault = e
         elif kind == "op":
-            log.ops.append(e)
+            malformed = journal.malformed(e)
+            if malformed is None:
+                log.ops.append(e)
+            else:
+                log.dropped.append(malformed)
         elif kind == "sampler":
             log.passes.append(e)
         elif kind == "stop":
@@ -193,6 +200,7 @@ def _fold_helpers(processes: List[ProcessLog]) -> List[ProcessLog]:
             save.step, save.digest = handoff["step"], handoff["digest"]
         parent.saves.extend(proc.saves)
         parent.ops = sorted(parent.ops + proc.ops, key=lambda e: (e["ts"], e["pid"], e["n"]))
+        parent.dropped.extend(proc.dropped)
         parent.fault = parent.fault or proc.fault
         parent.refused.extend(proc.refused)
         parent.helpers.append(proc.pid)
@@ -282,6 +290,10 @@ class RunLog:
         """How many ranks the job ran with, as its processes say."""
         sizes = [p.hello.get("world_size") or 1 for p in self.processes if p.hello]
         return max(sizes + [len(self.ranks()), 1])
+
+    def dropped_ops(self) -> List[journal.Refusal]:
+        """The ``op`` events of every process left out as malformed."""
+        return [r for p in self.processes for r in p.dropped]
 
     def refused(self) -> List[str]:
         """The paths of every write the system refused, in the order of their processes' files."""

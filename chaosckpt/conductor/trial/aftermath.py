@@ -6,7 +6,7 @@ import dataclasses
 import os
 from typing import List, NamedTuple, Optional, Tuple
 
-from chaosckpt.conductor.disk import copies, crash
+from chaosckpt.conductor.disk import copies, crash, journal
 from chaosckpt.conductor.nodes import power
 from chaosckpt.conductor.results.result import FaultRecord, Finding
 from chaosckpt.conductor.runs.runlog import RunLog
@@ -39,15 +39,18 @@ def aftermath(ctx: Context, armed: Armed, run: Faulted) -> Optional[Aftermath]:
 def power_loss(ctx: Context, armed: Armed, faulted: RunLog) -> Aftermath:
     """Rewrite the checkpoint directories into what the disk holds when the power comes back: the saving
     processes' writes as the durability model keeps them, other processes' (a data-preparation step) as they
-    left them. The fault record lists the checkpoint's files alone, those a native writer made included."""
+    left them. The fault record lists the checkpoint's files alone, those a native writer made included; the
+    journal's operations the rebuild refused are a finding."""
     disk, work = armed.disk, armed.work
     model = ctx.scenario.trigger.model
     saving = _written_since_saving(armed.roots, faulted)  # before the power cut rewrites every file
-    entries, native = crash.power_cut(disk, faulted.save_ops(), model, armed.roots, armed.end, armed.native)
+    entries, native = crash.power_cut(disk, faulted.save_ops(), model, armed.roots, work, armed.end, armed.native)
     mine = faulted.checkpoint_files()
     native = [path for path in native if mine(path) or path in saving]
     shown = set(native)
-    return _left(work, model, {e.path: e.length for e in entries if mine(e.path) or e.path in shown}, native)
+    left = _left(work, model, {e.path: e.length for e in entries if mine(e.path) or e.path in shown}, native)
+    refused = journal.finding(faulted.dropped_ops() + disk.refused, armed.shown)
+    return left._replace(findings=(*left.findings, *refused))
 
 
 def _written_since_saving(roots: List[str], log: RunLog) -> set:
@@ -73,7 +76,8 @@ def node_power_loss(ctx: Context, armed: Armed, run: Faulted) -> Aftermath:
         armed.disk.apply(op)
     report = getattr(result, "rewritten", None) or {"files": {}, "native": []}
     left = _left(armed.work, cut.model, report["files"], report["native"])
-    return left._replace(fault={"node": cut.node, **left.fault})
+    refused = journal.finding(run.log.dropped_ops() + armed.disk.refused, armed.shown)
+    return left._replace(fault={"node": cut.node, **left.fault}, findings=(*left.findings, *refused))
 
 
 def _left(work, model: str, files: dict, native: List[str]) -> Aftermath:

@@ -7,7 +7,7 @@ import dataclasses
 import os
 from typing import Callable, Iterator, List, NamedTuple, Optional, Tuple
 
-from chaosckpt.conductor.disk import crash, sweep
+from chaosckpt.conductor.disk import crash, journal, sweep
 from chaosckpt.conductor.disk.loadcheck import LoadChecker
 from chaosckpt.conductor.results.result import Finding
 from chaosckpt.conductor.runs import sandbox
@@ -50,7 +50,8 @@ def sweep_save(ctx: Context, reference: RunLog, armed: Armed, run: Faulted) -> I
                        run.log.checkpoint_files(), armed.end, armed.native)
     checker = LoadChecker()
     try:
-        sweep.classify(sw, sweep.check_states(sw, armed.roots, ctx.sandbox_root / "sweep-states", checker))
+        sweep.classify(sw, sweep.check_states(sw, armed.roots, ctx.sandbox_root / "sweep-states", checker,
+                                              armed.disk.keeps))
     finally:
         checker.close()
     judged = dataclasses.replace(run, completed=earlier, gone=[])  # each state's last good is the save before
@@ -69,8 +70,9 @@ def sweep_save(ctx: Context, reference: RunLog, armed: Armed, run: Faulted) -> I
         i for i in range(len(sw.states))
         if not any(f.get("loads") for p in sw.points if p.state == i for f in p.files)
     ]
+    refused = journal.finding(run.log.dropped_ops() + sw.refused, name)  # first: it makes the rest untrustworthy
     yield Swept(dataclasses.replace(measured, sweep=[p.to_dict() for p in sw.points]).found(
-        *_summary(ctx, sw, target.index, unloadable)), not failed and not unloadable)
+        *refused, *_summary(ctx, sw, target.index, unloadable)), not failed and not unloadable)
 
 
 def _in_save(run: Faulted, target: Save) -> Callable[[dict], bool]:
@@ -88,7 +90,8 @@ def _resume_state(ctx: Context, reference: RunLog, armed: Armed, run: Faulted, e
     it met the scenario's expectation, and the step it resumed from."""
     work = armed.work
     box = sandbox.create(work, ctx.sandbox_root / f"sweep-{state}")
-    crash.materialize(entries, armed.roots, lambda p: str(box / os.path.relpath(p, work.resolve())))
+    crash.materialize(entries, armed.roots, box, lambda p: str(box / os.path.relpath(p, work.resolve())),
+                      armed.disk.keeps)
     result = ctx.launch(f"resume-state-{state}", ctx.opts.resume_command, box, stop=resume_stop(ctx))
     scored = score_trial(ctx, reference, dataclasses.replace(armed, work=box), run,
                          Resumed(result, RunLog.read(result.events_dir)))

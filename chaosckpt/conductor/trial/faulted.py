@@ -54,6 +54,8 @@ def faulted(ctx: Context, armed: Armed, reference: RunLog) -> Faulted:
     fault = armed.fault
     result = ctx.launch("faulted", ctx.opts.command, armed.work, fault, hold=ctx.scenario.kind.hold(reference, fault),
                         stop=run_stop(ctx), cut=armed.cut)
+    if armed.disk is not None:  # where the agent kept the data the run's operations destroyed
+        armed.disk.keeps = str(result.events_dir / "keep")
     log = RunLog.read(result.events_dir)
     if not log.agent_loaded:
         raise Stop("agent-not-loaded", "no event came from the faulted run: "

@@ -22,6 +22,7 @@ REASONS = {
     "disk-full": "chaosckpt's own disk is full",
     "node-lost": "a node of the job stopped answering",
     "sweep-untried": "not every class of crash state was resumed",
+    "journal-refused": "chaosckpt would not replay all of the job's durability journal",
     "slurm-job-ended": "the trial's Slurm job ended without a verdict",
 }
 

@@ -91,6 +91,7 @@ def run_prefix(ctx: Context) -> None:
     result = ctx.launch("faulted", ctx.opts.command, work, fault, stop=run_stop(ctx))
     if not result.fault_fired:
         raise Stop("fault-not-triggered", f"the shared run ended without completing save {save}")
+    disk.keeps = str(result.events_dir / "keep")
     atomic.write_text(ctx.opts.results_dir / DISK, json.dumps(disk.to_dict()))
     record = dataclasses.asdict(ctx.runs[-1])
     atomic.write_text(ctx.opts.results_dir / RECORD,
@@ -126,7 +127,7 @@ def rebuild(ctx: Context, armed: Armed, prefix: Path) -> Optional[Faulted]:
         return None
     entries, applied = state
     moved = _adopt(Path(stored["work"]), armed.work)
-    crash.materialize(entries, stored["roots"], moved)
+    crash.materialize(entries, stored["roots"], armed.work, moved, initial.keeps)
     cut = _cut_at(proc, target, applied, write, at, moved)
     ctx.runs.append(record)
     fault: FaultRecord = {"kind": "halt", "save": target.index, "step": step, "write": write, "bytes": at,
@@ -276,7 +277,8 @@ def _crash_state(initial: crash.Disk, ops: List[dict], target: Save, at: int) ->
             if op["off"] + op["len"] > start + at:
                 disk.inodes[ino].size = start + at
                 return disk.after_crash("none", final=final), applied
-        disk.apply(op)
+        if not disk.apply(op):  # a journal the disk refuses cannot say it: the trial runs its own faulted run
+            return None
         applied.add(op["n"])
     return None
 

@@ -15,9 +15,10 @@ DIVERGENCE_CAUSES: Tuple[FindingKind, ...] = (
     "sampler-missing")
 """Finding kinds that explain a divergence, in the order the headline prefers them."""
 
-UNSETTLING: Dict[FindingKind, Reason] = {"sweep-untried": "sweep-untried"}
+UNSETTLING: Dict[FindingKind, Reason] = {"sweep-untried": "sweep-untried", "journal-refused": "journal-refused"}
 """Finding kinds that leave a trial that would pass inconclusive, with the reason it gives: what the trial did not
-try could still fail it, so no cap or shortcut may turn it into a pass."""
+try could still fail it, or the journal it replayed was not the agent's, so no cap or shortcut may turn it into a
+pass."""
 
 LEADS: Tuple[FindingKind, ...] = ("background-error-unobserved", "exit-with-save-in-flight", "resume-exited",
                                   "acknowledged-checkpoint-lost", "ranks-disagree")
