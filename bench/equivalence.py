@@ -66,9 +66,13 @@ def project(job: Job, folder: Path) -> Path:
 
 
 def config(job: Job, scenario: str, sweep: bool) -> str:
-    """The suite's configuration: the trial, and its twin where the two can share one faulted run."""
-    twin = shared.shareable(scenarios.load(scenario), job.nproc) is not None
-    entries = [f'{{ scenario = "{scenario}", id = "{i}"{", sweep = true" if sweep else ""} }}'
+    """The suite's configuration: the trial (``scenario``: a row's, parameters included), and its twin where the
+    two can share one faulted run."""
+    _, name, *params = verdict_table.scenario_args(scenario)
+    values = dict(scenarios.parse_param(p) for p in params[1::2])
+    twin = shared.shareable(scenarios.load(name, values), job.nproc) is not None
+    table = ", ".join(f"{key} = {json.dumps(value)}" for key, value in values.items())
+    entries = [f'{{ scenario = "{name}", id = "{i}", params = {{ {table} }}{", sweep = true" if sweep else ""} }}'
                for i in (["trial", "twin"] if twin else ["trial"])]
     return (f"command = {json.dumps(shlex.join(['train.py', *job.args]))}\nnproc = {job.nproc}\ntimeout = 300\n"
             f"scenarios = [{', '.join(entries)}]\n")
@@ -89,7 +93,8 @@ def chaosckpt(args: Sequence[str], cwd: Path) -> Optional[Dict]:
 def run_ways(job: Job, scenario: str, sweep: bool, scratch: Path) -> Dict[str, Optional[Dict]]:
     """The row's trial run each way (``WAYS``), in one scratch project."""
     folder = project(job, scratch / "project")
-    run = ["run", "train.py", "-s", scenario, "--timeout", "300", "--out", str(scratch / "results")]
+    run = ["run", "train.py", *verdict_table.scenario_args(scenario), "--timeout", "300",
+           "--out", str(scratch / "results")]
     run += ["--nproc", str(job.nproc)] if job.nproc > 1 else []
     run += ["--sweep"] if sweep else []
     run += ["--", *job.args]
