@@ -314,6 +314,9 @@ ROWS: List[Tuple[str, str, str, str, str]] = [
     ("scheduler_job", "kill9-mid-save", "FAILED", "last-good", SCHEDULER),
     ("scheduler_job", "enospc", "FAILED", "last-good", "the full disk fails the temporary file, last.pt is intact; "
      + SCHEDULER),
+    ("naive_train", "power-loss -p model=strict", "FAILED", "scratch (step 0) after before the save's first operation",
+     "torch.save straight over last.pt, never fsynced: under the strict model no crash point of save 2 leaves a "
+     "checkpoint, and every resume trains from scratch (a suite's shared sweep once resumed step 32 in each)"),
     ("scheduler_job", "power-loss", "FAILED", "last-good", "fsynced, the checkpoint survives; " + SCHEDULER),
     ("scheduler_job", "eval-left-on", "FAILED", "last-good", "no dropout or batch norm: eval mode computes the "
      "same; " + SCHEDULER),

@@ -50,7 +50,7 @@ def test_every_sweep_job_has_a_sweep_row_beside_a_robust_job_s():
     rows = {(job, expected) for job, _, expected, _, _ in table.SWEEP_ROWS}
     assert {job for job, _ in rows} - set(table.JOBS) == set(table.SWEEP_JOBS)
     assert any(job in table.JOBS and expected == "PASSED" for job, expected in rows)
-    assert all(scenarios.load(scenario).kind.sweepable for _, scenario, *_ in table.SWEEP_ROWS)
+    assert all(scenarios.load(table.scenario_args(scenario)[1]).kind.sweepable for _, scenario, *_ in table.SWEEP_ROWS)
 
 
 def test_a_sweep_s_cause_is_the_first_crash_point_that_did_not_resume_as_last_good():
