@@ -107,13 +107,14 @@ def run_ways(job: Job, scenario: str, sweep: bool, scratch: Path) -> Dict[str, O
 
 
 def judge(got: Dict[str, Optional[Dict]]) -> Tuple[bool, str]:
-    """Whether every way gave the same signature, and what differed (or the verdict they agree on)."""
+    """Whether every way gave the same signature, and what differed (or the verdict and cause they agree on, as
+    the verdict table words them)."""
     missing = [way for way, trial in got.items() if trial is None]
     if missing:
         return False, f"no result from {', '.join(missing)}"
-    signatures = {way: signature(trial) for way, trial in got.items()}
-    diff = differences(signatures)
-    return (False, "; ".join(diff)) if diff else (True, signatures["alone"][0])
+    diff = differences({way: signature(trial) for way, trial in got.items()})
+    return (False, "; ".join(diff)) if diff else (True, f"{got['alone']['status'].upper()}: "
+                                                       f"{verdict_table.cause(got['alone'])}")
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -122,18 +123,20 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--markdown", type=Path, help="also write the Markdown table to this file")
     args = parser.parse_args(argv)
     jobs = {**verdict_table.JOBS, **verdict_table.SWEEP_JOBS}
-    table = [(*r[:3], False) for r in verdict_table.ROWS] + [(*r[:3], True) for r in verdict_table.SWEEP_ROWS]
-    rows = [(key, scen, sweep) for key, scen, expected, sweep in table if expected != "REFUSED" and (
-        args.only in key or args.only in verdict_table.shown(scen, sweep) or args.only in jobs[key].path)]
-    lines = ["| job | scenario | same in every way | verdict or difference |", "|---|---|---|---|"]
+    table = [(*r[:4], False) for r in verdict_table.ROWS] + [(*r[:4], True) for r in verdict_table.SWEEP_ROWS]
+    rows = [(key, scen, f"{expected}: {cause}", sweep) for key, scen, expected, cause, sweep in table
+            if expected != "REFUSED" and (args.only in key or args.only in verdict_table.shown(scen, sweep)
+                                          or args.only in jobs[key].path)]
+    lines = ["| job | scenario | expected | same in every way | verdict and cause, or what differed |",
+             "|---|---|---|---|---|"]
     same = 0
     with tempfile.TemporaryDirectory(prefix="equivalence-") as tmp:
-        for index, (key, scen, sweep) in enumerate(rows):
+        for index, (key, scen, expected, sweep) in enumerate(rows):
             started = time.monotonic()
             ok, what = judge(run_ways(jobs[key], scen, sweep, Path(tmp) / str(index)))
             same += ok
             shown = verdict_table.shown(scen, sweep)
-            lines.append(f"| {jobs[key].name} | {shown} | {'yes' if ok else '**no**'} | {what} |")
+            lines.append(f"| {jobs[key].name} | {shown} | {expected} | {'yes' if ok else '**no**'} | {what} |")
             print(f"[{index + 1}/{len(rows)}] {jobs[key].name} x {shown}: {'same' if ok else 'DIFFERENT'} ({what}) "
                   f"in {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
     lines += ["", f"{same} of {len(rows)} rows give one verdict in every way ({', '.join(WAYS)})."]
