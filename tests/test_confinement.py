@@ -221,3 +221,25 @@ def test_a_signal_to_the_helper_reaches_the_job_and_the_helper_ends_as_the_job_d
     finally:
         helper.kill()
         helper.wait()
+
+
+def test_a_run_bubblewrap_cannot_build_is_one_line_naming_what_it_said(tmp_path):
+    """A large input bound read-only whose real file went away after the sandbox was made: bubblewrap refuses to
+    start, and the trial stops with one line carrying bubblewrap's own reason."""
+    if confinement.bubblewrap() is None:
+        pytest.skip("bubblewrap is not installed here")
+    box, log = tmp_path / "box", tmp_path / "log"
+    box.mkdir()
+    log.mkdir()
+    (box / "data.bin").touch()
+    confinement.layers(box).mkdir()
+    (confinement.layers(box) / confinement.INPUTS).write_text(f'{{"data.bin": "{tmp_path / "gone.bin"}"}}')
+    argv, env = confinement.command(["true"], box, log, [])
+    with open(log / "stderr.log", "w") as err:
+        done = subprocess.run(argv, cwd=box, env={**os.environ, **env}, stderr=err, timeout=60)
+    assert done.returncode == confinement.confine.UNCONFINED
+    with pytest.raises(UsageError) as refused:
+        confinement.refuse_outside(done.returncode, log / "stderr.log", [box, log])
+    [line] = str(refused.value).splitlines()
+    assert line.startswith("cannot confine the job to its sandbox: bubblewrap could not build the namespaces")
+    assert f"(bwrap: Can't find source path {tmp_path / 'gone.bin'}" in line, line

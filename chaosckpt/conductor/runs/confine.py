@@ -72,6 +72,8 @@ UNCONFINED = 125
 """Exit status of the helper when it cannot build the namespace; nothing of the job ran."""
 FAILED = "chaosckpt: cannot confine the job to its sandbox: "
 """Starts the helper's one line when it exits ``UNCONFINED``."""
+STARTED = b"+"
+"""What the namespace's first process tells the helper once the namespaces are built, before the job starts."""
 VIRTUAL = ("/proc", "/sys", "/dev")
 """Kernel file systems: they hold no user files. ``/dev`` and ``/proc`` are replaced by the job's own, ``/sys`` is
 made read-only (cgroups, kernel settings) with everything else."""
@@ -281,8 +283,8 @@ def init(spec: Dict, argv: List[str], helper: socket.socket) -> NoReturn:
     """The PID namespace's first process: it dies with the helper (``PR_SET_PDEATHSIG``, or at once when the
     helper is already gone: its end of ``helper`` reads end of file), mounts the namespace's own ``/proc``
     (read-only; only the job's processes are in it) unless bubblewrap did, drops the capabilities, then starts the
-    job as a child, forwards it the ``FORWARDED`` signals, reaps orphans, and ends with the job's wait status sent to
-    the helper. The kernel then kills every process left in the namespace."""
+    job as a child (telling the helper ``STARTED`` first), forwards it the ``FORWARDED`` signals, reaps orphans, and
+    ends with the job's wait status sent to the helper. The kernel then kills every process left in the namespace."""
     _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "parent death signal")
     helper.setblocking(False)
     try:
@@ -299,6 +301,7 @@ def init(spec: Dict, argv: List[str], helper: socket.socket) -> NoReturn:
     os.chdir(spec["cwd"])
     if spec.get("conductor_env", "") in os.environ:
         os.environ[spec["conductor_env"]] = "1"  # for the job's watchdog: this process dies with the helper
+    helper.sendall(STARTED)
     job = os.fork()
     if job == 0:
         helper.close()
@@ -346,7 +349,7 @@ def _bubblewrap(spec: Dict, path: str, argv: List[str], helper: socket.socket, i
 
 def _first_pid(info: int) -> Optional[int]:
     """The first process's pid (outside its namespace), from bubblewrap's ``--info-fd``; None when bubblewrap ended
-    without starting it."""
+    without starting it (it builds the mounts after, in that process)."""
     data = b""
     try:
         while True:
@@ -380,17 +383,24 @@ def relay(spec: Dict, path: str, argv: List[str]) -> NoReturn:
     if spec.get("bwrap"):
         os.close(to_us)
         target = _first_pid(info)
-    if target is None:
-        os.waitpid(first, 0)
-        sys.stderr.write(f"{FAILED}bubblewrap could not build the namespaces (its message is above)\n")
-        os._exit(UNCONFINED)
-    _forward(target)
+    _forward(target or first)
     try:
         drop_capabilities()  # this process needs none: it only waits
     except OSError:
         pass
     _, status = os.waitpid(first, 0)
-    told = ours.recv(32)
+    told = b""
+    while True:
+        chunk = ours.recv(64)
+        if not chunk:
+            break
+        told += chunk
+    if told.startswith(STARTED):
+        told = told[len(STARTED):]
+    elif spec.get("bwrap") and os.waitstatus_to_exitcode(status) != UNCONFINED:  # the first process said why
+        sys.stderr.write(f"{FAILED}bubblewrap could not build the namespaces; leave out or restore the folder or "
+                         "input it names\n")
+        os._exit(UNCONFINED)
     exit_as(int(told) if told.isdigit() else status)
 
 

@@ -209,11 +209,13 @@ def refuse_outside(returncode: Optional[int], stderr: Path, allowed: Iterable[Pa
                    events_dir: Optional[Path] = None) -> None:
     """A usage error when a run wrote outside ``allowed`` (the agent's ``refused`` events in ``events_dir``; for
     writes it cannot see, such as a shell's, the failed run's error output), or could not be confined at all
-    (a mapped folder overlayfs refuses): the trial cannot go on."""
+    (a mapped folder overlayfs refuses, an input bubblewrap cannot bind): the trial cannot go on."""
     if returncode == confine.UNCONFINED:
-        for text in logcap.tail(stderr, 20000).splitlines():
+        lines = logcap.tail(stderr, 20000).splitlines()
+        for at, text in enumerate(lines):
             if text.startswith(confine.FAILED):
-                raise UsageError(text[len("chaosckpt: "):])
+                said = [line for line in lines[:at] if line.startswith("bwrap: ")]
+                raise UsageError(text[len("chaosckpt: "):] + (f" ({said[-1]})" if said else ""))
     allowed = list(allowed)
     outside = refused_writes(events_dir, allowed) if events_dir is not None else []
     outside = outside or (outside_writes(stderr, allowed) if returncode else [])
