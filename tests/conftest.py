@@ -92,6 +92,22 @@ def judged(tmp_path: Path, job: Path, *args: str):
     return res.returncode, res.trial
 
 
+@pytest.fixture(params=["bubblewrap", "namespaces"])
+def held_by(request, monkeypatch) -> str:
+    """The test runs twice: its runs held by bubblewrap (skipped where it is missing), then by chaosckpt's own
+    namespaces (``confinement.mode()``)."""
+    from chaosckpt.conductor.runs import confinement
+
+    if request.param == "bubblewrap" and confinement.bubblewrap() is None:
+        pytest.skip("bubblewrap is not installed here")
+    if request.param == "namespaces":
+        monkeypatch.setattr(confinement, "bubblewrap", lambda: None)
+    if not confinement.pid_namespace():
+        pytest.skip("no PID namespace on this machine")
+    assert confinement.mode() == request.param
+    return request.param
+
+
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     """A user's project folder holding the configurable test job as ``train.py``."""

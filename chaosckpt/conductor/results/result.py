@@ -164,6 +164,9 @@ class RunRecord:
     shared: bool = False
     """A suite's faulted run that several trials rebuilt their faults from (``trial.shared``): its time is
     the suite's, counted once, not each trial's."""
+    confinement: Optional[str] = None
+    """What held it (``confinement.Mode``): bubblewrap, chaosckpt's own namespaces, or only the agent; null: a
+    multi-node run, held by each node's machine."""
 
 
 @dataclass

@@ -256,6 +256,7 @@ def run_reference(command: List[str], workdir: Path, dest: Path, timeout_s: floa
         events="events",
         stopped=result.stopped,
         stop=stop,
+        confinement=result.confinement,
     )
     atomic.write_text(dest / RUN_FILE, json.dumps(asdict(record), indent=2) + "\n")
     write_manifest(dest)

@@ -1,8 +1,10 @@
 """Where a run may write, and the command that holds it there.
 
-Each run starts through ``confine.py``, in a PID namespace of its own where the
-machine allows one, and a mount namespace where only its sandbox, its events
-folder and the sandbox's layers can be written; ``/tmp``,
+Each run starts through ``confine.py`` with no capability, in PID, IPC, UTS and
+cgroup namespaces of its own where the machine allows them, and a mount namespace
+where only its sandbox, its events folder and the sandbox's layers can be written
+(``/sys`` included); where bubblewrap is installed it builds the namespaces, and
+``confine.py`` only the overlays. ``/tmp``,
 ``/dev/shm`` and every mapped folder outside the working directory are overlays
 whose writes land in the layers (``<sandbox>.layers``), next to the sandbox, so
 the faulted run and its resume share them as they share the sandbox. Where no
@@ -21,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Literal, Optional, Sequence, Tuple
 
 from chaosckpt import protocol
 from chaosckpt.conductor.errors import UsageError
@@ -29,6 +31,8 @@ from chaosckpt.conductor.runs import confine, logcap
 from chaosckpt.conductor.runs.runlog import RunLog
 
 HELPER = Path(__file__).resolve().with_name("confine.py")
+PYTHON = sys.executable
+"""The interpreter that runs the helper, outside the namespaces and again inside bubblewrap's: standard library only."""
 INPUTS = "inputs.json"
 """The large inputs a sandbox holds as empty stand-ins, kept in its layers folder."""
 PRIVATE = ("/tmp", "/dev/shm")
@@ -39,6 +43,8 @@ rename (a ``/tmp`` of another mount would make it a copy), and the journal sees 
 JOB_TMPDIR = "/tmp/chaosckpt"
 """The job's ``TMPDIR`` in the namespace: a link in the private ``/tmp`` to ``TMP``, short enough for the
 AF_UNIX sockets multiprocessing makes there (108 bytes), which the sandbox's own path may not be."""
+Mode = Literal["bubblewrap", "namespaces", "agent"]
+"""What held a run: bubblewrap (with ``confine.py`` inside), ``confine.py``'s own namespaces, or only the agent."""
 CACHES = ("~/.cache",)
 """Folders libraries write behind the job's back (Hugging Face, torch hub, pip): overlaid when they exist."""
 _OUTSIDE = (
@@ -61,9 +67,16 @@ def _layer(cwd: Path, target: str, instance: str = "") -> Path:
 
 
 @functools.lru_cache(maxsize=None)
+def bubblewrap() -> Optional[str]:
+    """bubblewrap's path where it is installed and builds a run's namespaces here (tried once), else None."""
+    found = shutil.which("bwrap") if sys.platform.startswith("linux") else None
+    return found if found and _works(pids=True, bwrap=found) else None
+
+
+@functools.lru_cache(maxsize=None)
 def pid_namespace() -> bool:
     """Whether this machine lets chaosckpt give each run a PID namespace of its own too (tried once)."""
-    return sys.platform.startswith("linux") and _works(pids=True)
+    return bubblewrap() is not None or sys.platform.startswith("linux") and _works(pids=True)
 
 
 @functools.lru_cache(maxsize=None)
@@ -72,12 +85,17 @@ def available() -> bool:
     return pid_namespace() or sys.platform.startswith("linux") and _works(pids=False)
 
 
-def _works(pids: bool) -> bool:
-    """Whether ``true`` runs confined here, with or without a PID namespace."""
+def mode() -> Mode:
+    """What holds the runs on this machine."""
+    return "bubblewrap" if bubblewrap() else "namespaces" if available() else "agent"
+
+
+def _works(pids: bool, bwrap: str = "") -> bool:
+    """Whether ``true`` runs confined here, with or without a PID namespace, through bubblewrap or not."""
     with tempfile.TemporaryDirectory(prefix="chaosckpt-probe-") as tmp:
         box = Path(tmp) / "box"
         box.mkdir()
-        spec = _spec(box, box, [], "", pids)
+        spec = _spec(box, box, [], "", pids, bwrap)
         true = shutil.which("true") or "/bin/true"
         try:
             done = subprocess.run([*_prefix(spec), true], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -89,7 +107,7 @@ def _works(pids: bool) -> bool:
         return ok
 
 
-def _spec(cwd: Path, log_dir: Path, maps: Sequence[str], instance: str, pids: bool) -> Path:
+def _spec(cwd: Path, log_dir: Path, maps: Sequence[str], instance: str, pids: bool, bwrap: str = "") -> Path:
     lay = layers(cwd)
     (lay / instance).mkdir(parents=True, exist_ok=True)
     overlays = []
@@ -103,14 +121,14 @@ def _spec(cwd: Path, log_dir: Path, maps: Sequence[str], instance: str, pids: bo
         overlays.append({"target": target, "upper": str(layer / "upper"), "work": str(layer / "work")})
     inputs = [{"target": str(cwd / rel), "source": real} for rel, real in bound_inputs(cwd).items()]
     spec = {"cwd": str(cwd), "writable": [str(cwd), str(lay), str(log_dir)], "maps": overlays, "inputs": inputs,
-            "pids": pids, "conductor_env": protocol.ENV_CONDUCTOR}
+            "pids": pids, "bwrap": bwrap, "conductor_env": protocol.ENV_CONDUCTOR}
     path = lay / instance / "confine.json"
     path.write_text(json.dumps(spec, indent=2) + "\n")
     return path
 
 
 def _prefix(spec: Path) -> List[str]:
-    return [sys.executable, "-I", "-S", str(HELPER), str(spec), "--"]
+    return [PYTHON, "-I", "-S", str(HELPER), str(spec), "--"]
 
 
 def command(argv: List[str], cwd: Path, log_dir: Path, maps: Sequence[str],
@@ -122,7 +140,7 @@ def command(argv: List[str], cwd: Path, log_dir: Path, maps: Sequence[str],
     tmp = cwd / TMP
     tmp.mkdir(parents=True, exist_ok=True)
     if available():
-        spec = _spec(cwd, log_dir, maps, instance, pid_namespace())
+        spec = _spec(cwd, log_dir, maps, instance, pid_namespace(), bubblewrap() or "")
         return [*_prefix(spec), *argv], {"TMPDIR": JOB_TMPDIR if os.path.isdir("/tmp") else str(tmp)}
     roots = [str(cwd), str(log_dir)]
     return argv, {"TMPDIR": str(tmp), protocol.ENV_WRITE_ROOTS: os.pathsep.join(roots)}
@@ -191,11 +209,13 @@ def refuse_outside(returncode: Optional[int], stderr: Path, allowed: Iterable[Pa
                    events_dir: Optional[Path] = None) -> None:
     """A usage error when a run wrote outside ``allowed`` (the agent's ``refused`` events in ``events_dir``; for
     writes it cannot see, such as a shell's, the failed run's error output), or could not be confined at all
-    (a mapped folder overlayfs refuses): the trial cannot go on."""
+    (a mapped folder overlayfs refuses, an input bubblewrap cannot bind): the trial cannot go on."""
     if returncode == confine.UNCONFINED:
-        for text in logcap.tail(stderr, 20000).splitlines():
+        lines = logcap.tail(stderr, 20000).splitlines()
+        for at, text in enumerate(lines):
             if text.startswith(confine.FAILED):
-                raise UsageError(text[len("chaosckpt: "):])
+                said = [line for line in lines[:at] if line.startswith("bwrap: ")]
+                raise UsageError(text[len("chaosckpt: "):] + (f" ({said[-1]})" if said else ""))
     allowed = list(allowed)
     outside = refused_writes(events_dir, allowed) if events_dir is not None else []
     outside = outside or (outside_writes(stderr, allowed) if returncode else [])
@@ -218,8 +238,10 @@ def refusal(paths: List[str], config_key: str = "map") -> str:
 
 def note(maps: Sequence[str]) -> str:
     """What the preflight says about confinement."""
-    if pid_namespace():
-        how = "a private mount namespace, in a PID namespace of the run's own"
+    if bubblewrap():
+        how = "bubblewrap: a read-only root and mount, PID, IPC, UTS and cgroup namespaces of the run's own"
+    elif pid_namespace():
+        how = "a private mount namespace, in a PID namespace of the run's own (no bubblewrap here)"
     elif available():
         how = "a private mount namespace (no PID namespace here: the job sees the host's processes)"
     else:

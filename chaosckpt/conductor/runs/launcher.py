@@ -72,6 +72,8 @@ class RunResult:
     """The job reached its horizon and was killed there: not a crash."""
     log_error: Optional[OSError] = None
     """Why the job's output could not all be written to its logs (a full disk), if it could not."""
+    confinement: Optional[str] = None
+    """What held the job (``confinement.Mode``; None: a multi-node run, held by each node's machine)."""
 
     @property
     def events_dir(self) -> Path:
@@ -199,13 +201,15 @@ def own_pid(pid: int) -> Optional[int]:
 
 
 def namespace_init(root: psutil.Process) -> Optional[psutil.Process]:
-    """The first process of the job's PID namespace (a child of the confinement helper ``root``), or None where
-    the job has none: when it dies, the kernel kills every process in the namespace, however detached."""
+    """The first process of the job's PID namespace (a child of the confinement helper ``root``, or of the
+    bubblewrap it started), or None where the job has none: when it dies, the kernel kills every process in the
+    namespace, however detached."""
     try:
         children = root.children()
+        below = [g for c in children for g in c.children()]
     except psutil.Error:
         return None
-    return next((c for c in children if own_pid(c.pid) == 1), None)
+    return next((c for c in children + below if own_pid(c.pid) == 1), None)
 
 
 def job_processes(root: psutil.Process) -> Dict[int, psutil.Process]:
@@ -385,4 +389,4 @@ def _run(spec: RunSpec) -> RunResult:
     if not fault_fired and protocol.fault_flags(events_dir):
         fault_fired = True
     return RunResult(spec, proc.returncode, time.monotonic() - started, timed_out, fault_fired, survivors, stopped,
-                     out_log.error or err_log.error)
+                     out_log.error or err_log.error, confinement.mode())

@@ -71,6 +71,7 @@ class Context:
                 events=str(result.events_dir),
                 stopped=result.stopped,
                 stop=stop,
+                confinement=result.confinement,
             )
         )
         if isinstance(result, conduct.NodesResult) and result.lost:
