@@ -156,6 +156,30 @@ def _size(option: str, value: Optional[str]) -> Optional[int]:
     return int(number) * _UNITS[unit]
 
 
+def _boxed(reader, name: str, target: str, size: int, limits) -> Dict[str, Any]:
+    """One file's or folder's report, read in a child under ``limits``; a stopped reader's report says which."""
+    from chaosckpt.conductor.disk import box
+
+    try:
+        return box.run(reader, limits)
+    except box.LimitReached as reached:
+        return _stopped(name, target, size, reached)
+
+
+def _check_options(ignored, max_seconds, streams) -> None:
+    """The one-line usage error for a kind that cannot be ignored or is unknown, or a limit out of range."""
+    for kind in ignored:
+        if kind in ALWAYS:
+            raise UsageError(f"--ignore {kind}: not allowed: {ALWAYS[kind]}")
+        if kind not in KINDS:
+            raise UsageError(f"--ignore {kind}: unknown finding kind; known kinds: "
+                             f"{', '.join(k for k in KINDS if k not in ALWAYS)}")
+    if max_seconds is not None and not 0 < max_seconds < float("inf"):
+        raise UsageError(f"--max-seconds {max_seconds:g} is invalid: give a number of seconds > 0")
+    if streams is not None and streams < 1:
+        raise UsageError(f"--streams {streams} is invalid: give how many random streams the loop draws from (>= 1)")
+
+
 @click.command("audit", epilog=EPILOG)
 @click.argument("files", nargs=-1, required=True, metavar="PATH...")
 @click.option("--streams", type=int, default=None, metavar="N",
@@ -199,16 +223,7 @@ def command(files, streams, training, ignored, max_inflate, max_seconds, max_mem
     data is loaded into memory. Each file or folder is read in a child
     process under CPU, memory and time limits.
     """
-    for kind in ignored:
-        if kind in ALWAYS:
-            raise UsageError(f"--ignore {kind}: not allowed: {ALWAYS[kind]}")
-        if kind not in KINDS:
-            raise UsageError(f"--ignore {kind}: unknown finding kind; known kinds: "
-                             f"{', '.join(k for k in KINDS if k not in ALWAYS)}")
-    if max_seconds is not None and not 0 < max_seconds < float("inf"):
-        raise UsageError(f"--max-seconds {max_seconds:g} is invalid: give a number of seconds > 0")
-    if streams is not None and streams < 1:
-        raise UsageError(f"--streams {streams} is invalid: give how many random streams the loop draws from (>= 1)")
+    _check_options(ignored, max_seconds, streams)
     targets = [_target(name) for name in files]
     limit = _size("--max-inflate", max_inflate)
     memory = _size("--max-memory", max_memory)
@@ -223,10 +238,7 @@ def command(files, streams, training, ignored, max_inflate, max_seconds, max_mem
         reader = (functools.partial(checkpoint_folder.audit_folder, name, streams=streams, max_inflate=limit,
                                     training=training) if target == "folder" else
                   functools.partial(audit.audit_file, name, streams=streams, max_inflate=limit, training=training))
-        try:
-            report = box.run(reader, box.Limits.for_size(size, max_seconds, memory))
-        except box.LimitReached as reached:
-            report = _stopped(name, target, size, reached)
+        report = _boxed(reader, name, target, size, box.Limits.for_size(size, max_seconds, memory))
         if target == "folder":
             for part in report["files"]:
                 part["findings"] = [f for f in part["findings"] if f["kind"] not in ignored]
@@ -245,5 +257,4 @@ def command(files, streams, training, ignored, max_inflate, max_seconds, max_mem
                 click.echo(printable(line))
     if as_json:
         click.echo(json.dumps(envelope(files=reports, checkpoints=folders)))
-    failed = any(r["status"] != "ok" for r in reports + folders)
-    sys.exit(int(ExitCode.FAILED if failed else ExitCode.PASSED))
+    sys.exit(int(ExitCode.FAILED if any(r["status"] != "ok" for r in reports + folders) else ExitCode.PASSED))
