@@ -106,11 +106,10 @@ class Recorder(Bursts):
         return {"thread": ckpt.background, "steps_in_flight": self.step - ckpt.step, "training_step": self.step,
                 **({"held": True} if self._held else {})}
 
-    def _hold(self) -> None:
+    def _hold(self, fault: ArmedFault) -> None:
         """The training thread has taken ``steps_in_flight`` steps since the fault's background save was handed
         its state: it waits here until the fault strikes (a kill ends the process here) or the save ends without
         it, so the training stands at the same point in every faulted run."""
-        fault = self.fault
         self._held = True
         deadline = time.monotonic() + faults.IN_FLIGHT_WAIT
         while self._strike != "done" and (self._strike == "halt" or time.monotonic() < deadline) and not (
@@ -248,7 +247,7 @@ class Recorder(Bursts):
             faults.halt(self.writer, event="stop", flag=protocol.STOP_FLAG_PREFIX, step=self.step)
         if self.fault is not None and self.fault.handed_step is not None and self._strike is None and (
                 self.step == self.fault.handed_step + (self.fault.steps_in_flight or 0)):
-            self._hold()
+            self._hold(self.fault)
         self.step += 1
         if self._by_step:  # the training stepped on: nothing more is handed over for a kept checkpoint's step
             for kept in [c for c in self._by_step.values() if not c.holders]:
