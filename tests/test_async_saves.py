@@ -13,6 +13,7 @@ import torch
 
 from chaosckpt import protocol
 from chaosckpt.agent import threads
+from chaosckpt.conductor.reports import html
 from chaosckpt.conductor.runs.runlog import RunLog, _process
 from chaosckpt.conductor.trial import async_saves
 from tests.test_checkpoint_burst import _job, _save, _step
@@ -273,6 +274,9 @@ def test_a_background_fault_strikes_with_the_training_held_at_the_same_step_whoe
     (fault,) = [e for e in events.events if e["t"] == "fault"]
     assert (fault["steps_in_flight"], fault["training_step"], fault["held"]) == (0, 1, True)
     assert rec.step == 2  # released once the fault struck
+    assert html._in_flight({**fault, "noticed": False}) == (", in its background thread saver, before the training "
+                                                            "took another step, the training held there; the job "
+                                                            "never noticed its error")
 
 
 def test_a_save_handed_to_a_thread_that_never_began_writing_at_the_exit_never_landed(tmp_path):
