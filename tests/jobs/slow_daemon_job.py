@@ -23,6 +23,10 @@ from torch import nn
 STEPS = 24
 EVERY = 6
 WIDTH = 2048
+STEP_PAUSE = 0.2
+"""Seconds each step waits (a data loader's stand-in): six steps outlast a save's wait and write however fast the
+machine, so every save but the last lands in --daemon (without it, a fast machine ends all 24 steps before the
+first save has landed)."""
 
 p = argparse.ArgumentParser()
 p.add_argument("--daemon", action="store_true", help="daemon saver threads, never joined")
@@ -88,6 +92,7 @@ def main():
         opt.zero_grad()
         loss.backward()
         opt.step()
+        time.sleep(STEP_PAUSE)
         step += 1
         print(f"step {step} loss {loss.item():.6f}", flush=True)
         if step % EVERY == 0:
