@@ -85,6 +85,11 @@ JOBS = {
     "scheduler_job": Job("tests/jobs/scheduler_job.py", "tests/jobs/scheduler_job.py", ()),
     "scheduler_saved": Job("tests/jobs/scheduler_job.py --save-scheduler", "tests/jobs/scheduler_job.py",
                            ("--save-scheduler",)),
+    "async_slow_robust": Job("tests/jobs/slow_daemon_job.py", "tests/jobs/slow_daemon_job.py", ()),
+    "async_slow_daemon": Job("tests/jobs/slow_daemon_job.py --daemon", "tests/jobs/slow_daemon_job.py", ("--daemon",)),
+    "dcp_async_single": Job("tests/jobs/dcp_async_single_job.py", "tests/jobs/dcp_async_single_job.py", ()),
+    "dcp_async_single_naive": Job("tests/jobs/dcp_async_single_job.py --naive", "tests/jobs/dcp_async_single_job.py",
+                                  ("--naive",)),
 }
 
 SWEEP_JOBS = {
@@ -133,6 +138,9 @@ SCHEDULER = ("model, optimizer, RNG and step saved atomically, the LR scheduler 
              "the cosine again and the loss differs two steps after the checkpoint it took (scheduler_job.truth.md)")
 
 SCHEDULER_SAVED = "the scheduler saved too: the resume starts from the checkpoint it finds and reproduces"
+
+SLOW_EXIT = ("the reference run exits 0 while the thread handed step 24's snapshot still waits for the store: "
+             "the final checkpoint never begins, never lands (slow_daemon_job.truth.md)")
 
 PRELOAD = ("a zero-gradient Adam step before the load, then the newest (atomic) checkpoint: every later loss matches "
            "(preload_job.truth.md)")
@@ -336,6 +344,50 @@ ROWS: List[Tuple[str, str, str, str, str]] = [
     ("async_thread_daemon", "eval-left-on", "FAILED", "last-good, exit-with-save-in-flight",
      "no dropout or batch norm: eval mode computes the same; but " + DAEMON_EXIT),
     ("async_thread_daemon", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
+    ("async_slow_robust", "kill9-mid-save", "PASSED", "last-good",
+     "the kill lands in save 2's torch.save on the saver thread, the training held at its next step; last.pt, "
+     "renamed only after an fsync, is step 6's, whole (slow_daemon_job.truth.md)"),
+    ("async_slow_robust", "enospc", "PASSED", "last-good",
+     "the saver keeps the error and the main thread raises it after join(), before the next save: exit 1 with "
+     "last.pt (step 6) whole"),
+    ("async_slow_robust", "power-loss", "PASSED", "last-good",
+     "fsync before the rename, folder fsync after: the completed save of step 12 survives"),
+    ("async_slow_robust", "eval-left-on", "PASSED", "last-good", "no dropout or batch norm: eval mode computes the same"),
+    ("async_slow_robust", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
+    ("async_slow_daemon", "kill9-mid-save", "FAILED", "last-good, exit-with-save-in-flight",
+     "the resume takes step 6's last.pt, whole; but " + SLOW_EXIT),
+    ("async_slow_daemon", "enospc", "FAILED", "survived, background-error-unobserved",
+     "the daemon saver dies of the error (threading prints it) and the job trains on to its end unaware; "
+     "but " + SLOW_EXIT),
+    ("async_slow_daemon", "power-loss", "FAILED", "last-good, exit-with-save-in-flight",
+     "the completed save of step 12 is fsynced and survives; but " + SLOW_EXIT),
+    ("async_slow_daemon", "eval-left-on", "FAILED", "last-good, exit-with-save-in-flight",
+     "no dropout or batch norm: eval mode computes the same; but " + SLOW_EXIT),
+    ("async_slow_daemon", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
+    ("dcp_async_single", "kill9-mid-save", "PASSED", "last-good",
+     "waits for step 8's future before step 16's save and rotation: the kill, in step 16's background write "
+     "with the training held at its next step, leaves step_16/ without .metadata and the resume takes step_8/ "
+     "(dcp_async_single_job.truth.md)"),
+    ("dcp_async_single", "enospc", "PASSED", "last-good",
+     "future.result() raises the CheckpointException before the save of step 24: exit 1 with step_8/ whole"),
+    ("dcp_async_single", "power-loss", "PASSED", "last-good",
+     "DCP fsyncs the shard and .metadata before its rename: under the ordered model the completed save of step "
+     "16 survives"),
+    ("dcp_async_single", "eval-left-on", "PASSED", "last-good", "no dropout or batch norm: eval mode computes the same"),
+    ("dcp_async_single", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
+    ("dcp_async_single_naive", "kill9-mid-save", "FAILED", "crashed, rotation-before-complete",
+     "deletes step_8/ as soon as async_save of step 16 returns; the kill leaves step_16/ without .metadata and "
+     "the resume takes it and crashes (10 hand kills of 10: dcp_async_single_job.truth.md)"),
+    ("dcp_async_single_naive", "enospc", "FAILED", "survived, background-error-unobserved",
+     "drops async_save's futures: the CheckpointException of step 16's save is never raised, and step_8/ was "
+     "already deleted, so no complete checkpoint existed until step 24's save ended"),
+    ("dcp_async_single_naive", "power-loss", "PASSED", "last-good",
+     "the power goes once step 16's save has completed (step_8/ deleted, step_16/ fsynced and renamed in order): "
+     "the resume takes step_16/"),
+    ("dcp_async_single_naive", "eval-left-on", "PASSED", "last-good",
+     "the clean kill comes once step 16's save has completed, and the resume takes step_16/; no dropout or batch "
+     "norm: eval mode computes the same"),
+    ("dcp_async_single_naive", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
 ]
 
 SWEEP_ROWS: List[Tuple[str, str, str, str, str]] = [

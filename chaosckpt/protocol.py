@@ -39,7 +39,8 @@ and ``pid``. The event types and their own fields:
                 checkpoint in this process), ``step`` (optimizer steps completed),
                 ``path`` (of its first call, absolute; a file object's name, or null;
                 a directory for "dcp"), ``via`` ("path", "fileobj", "memory": into an
-                ``io.BytesIO``, or "dcp": torch.distributed.checkpoint.save), ``digest`` (of the optimized
+                ``io.BytesIO``, "dcp": torch.distributed.checkpoint.save, or "handoff": see
+                ``save-end``'s ``waiting``), ``digest`` (of the optimized
                 parameters as they are being saved), ``rng`` (stream fingerprints as
                 in ``step``, as the save began), ``op`` (journal operations so
                 far, when the journal is on), ``thread`` (the thread writing it, when that is not
@@ -71,7 +72,10 @@ and ``pid``. The event types and their own fields:
                 and ``writes`` (across its calls), ``error`` (the first call's error, or null),
                 ``content`` (findings about its objects taken together: view bloat, RNG states
                 missing for streams the loop draws from, no step); ``unfinished`` (a background
-                thread was still writing it when the process exited: it never landed).
+                thread was still writing it when the process exited: it never landed);
+                ``waiting`` (unfinished and never begun: work handed at ``save-begin``'s step to a
+                thread or task whose function saved before, which had not begun writing at the
+                exit; its ``save-begin`` has ``via`` "handoff" and no path).
 ``load``        ``torch.load`` returned or raised. ``path`` (or null), ``ok``,
                 ``error`` (one line, or null), ``keys`` (top-level keys of a dict), ``sets``
                 (when it held any: each mapping of floating tensors in it, as ``key``, its
@@ -90,7 +94,8 @@ and ``pid``. The event types and their own fields:
                 calls had not returned); ``inside``: the move or copy it was in
                 (``how``, ``src``, ``dst``), when there was one. In a background save:
                 ``thread``, ``steps_in_flight`` (training steps since the save began) and
-                ``training_step``.
+                ``training_step``; ``held`` (the training thread was held at that step while
+                the fault struck, as the spec's ``handed_step`` asks).
 ``background-error`` the error a fault raised in a background save reached the job (a future's
                 ``result()`` or ``exception()``, or the exception the process ends on):
                 ``error`` (one line), ``fate`` ("observed").
@@ -252,12 +257,13 @@ class FaultSpec(_FaultSpecHead, total=False):
     write_ends: bool
     file: str
     steps_in_flight: int
+    handed_step: int
 
 
 _FIELD_TYPES: Dict[str, Tuple[type, ...]] = {
     "at_byte": (int,), "at_write": (int,), "at_op": (int,), "free_bytes": (int,), "rank": (int, type(None)),
     "after_save": (bool,), "after_load": (bool,), "write_ends": (bool,), "track": (list,), "file": (str,),
-    "steps_in_flight": (int,),
+    "steps_in_flight": (int,), "handed_step": (int,),
 }
 
 

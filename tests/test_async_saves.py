@@ -13,6 +13,7 @@ import torch
 
 from chaosckpt import protocol
 from chaosckpt.agent import threads
+from chaosckpt.conductor.reports import html
 from chaosckpt.conductor.runs.runlog import RunLog, _process
 from chaosckpt.conductor.trial import async_saves
 from tests.test_checkpoint_burst import _job, _save, _step
@@ -90,7 +91,7 @@ def test_a_save_still_written_at_exit_is_unfinished_and_the_reference_finds_it(t
     log.hello = {"cwd": str(tmp_path)}
     (finding,) = async_saves.unfinished_at_exit(log)
     assert finding.kind == "exit-with-save-in-flight" and protocol.SEVERITY[finding.kind] == "error"
-    assert finding.details == {"save": 1, "step": 1, "thread": "saver", "path": "last.pt"}
+    assert finding.details == {"save": 1, "step": 1, "thread": "saver", "path": "last.pt", "begun": True}
 
 
 def test_a_background_save_that_ended_before_the_exit_is_complete(tmp_path):
@@ -104,7 +105,8 @@ def test_a_background_save_that_ended_before_the_exit_is_complete(tmp_path):
 
 
 def test_a_fault_with_steps_in_flight_waits_for_the_training_to_step(tmp_path):
-    events, rec, model, opt = _job({"v": 1, "kind": "enospc", "save": 1, "at_write": 1, "steps_in_flight": 3})
+    events, rec, model, opt = _job({"v": 1, "kind": "enospc", "save": 1, "at_write": 1, "steps_in_flight": 3,
+                                    "handed_step": 1})
     _step(rec, opt)
     raised = []
 
@@ -118,8 +120,8 @@ def test_a_fault_with_steps_in_flight_waits_for_the_training_to_step(tmp_path):
     _steps_until(rec, opt, lambda: bool(raised))
     thread.join()
     (fault,) = [e for e in events.events if e["t"] == "fault"]
-    assert fault["thread"] == "saver" and fault["steps_in_flight"] >= 3
-    assert fault["training_step"] - fault["steps_in_flight"] == 1
+    assert fault["thread"] == "saver" and fault["held"]
+    assert (fault["steps_in_flight"], fault["training_step"]) == (3, 4)
 
 
 def test_a_background_error_a_future_raises_is_observed_and_one_never_raised_is_not(tmp_path):
@@ -231,3 +233,98 @@ def test_the_event_files_keep_a_background_save_s_thread_and_its_error_s_fate(tm
     path.write_bytes(b"".join(protocol.encode(e) for e in events))
     log = _process(protocol.read_event_file(path))
     assert log.saves[0].thread == "saver" and log.background_error["fate"] == "observed"
+
+
+def _writer_at_fault(rec, tmp_path, raised):
+    """A background save whose first write the armed ENOSPC fails; what it raised goes to ``raised``."""
+    def write():
+        try:
+            _save(rec, {"w": torch.zeros(64)}, str(tmp_path / "last.pt"))
+        except OSError as exc:
+            raised.append(exc)
+
+    return _background(rec, write)
+
+
+@pytest.mark.parametrize("writer_first", [True, False])
+def test_a_background_fault_strikes_with_the_training_held_at_the_same_step_whoever_gets_there_first(tmp_path,
+                                                                                                     writer_first):
+    """``handed_step``: the writer waits at its place for the training thread, and the training thread waits at
+    its next step for the fault, so the fault strikes at 0 steps in flight whether the writer reaches its byte
+    before the training steps or long after (thread timing chose it before: any number of steps)."""
+    events, rec, model, opt = _job({"v": 1, "kind": "enospc", "save": 1, "at_write": 1, "handed_step": 1})
+    _step(rec, opt)
+    raised = []
+    if writer_first:
+        thread = _writer_at_fault(rec, tmp_path, raised)
+        time.sleep(0.3)
+        assert not raised and "fault" not in events.kinds()  # at its place, waiting for the training
+        _step(rec, opt)
+    else:
+        handoff = rec.handoff()
+        trainer = threading.Thread(target=_step, args=(rec, opt))
+        trainer.start()
+        time.sleep(0.3)
+        assert trainer.is_alive() and rec.step == 1  # held before its step, waiting for the fault
+        thread = threading.Thread(target=threads._carried, name="saver", args=(rec, handoff, lambda: raised.append(
+            pytest.raises(OSError, _save, rec, {"w": torch.zeros(64)}, str(tmp_path / "last.pt")))))
+        thread.start()
+        trainer.join(10)
+    thread.join(10)
+    (fault,) = [e for e in events.events if e["t"] == "fault"]
+    assert (fault["steps_in_flight"], fault["training_step"], fault["held"]) == (0, 1, True)
+    assert rec.step == 2  # released once the fault struck
+    assert html._in_flight({**fault, "noticed": False}) == (", in its background thread saver, before the training "
+                                                            "took another step, the training held there; the job "
+                                                            "never noticed its error")
+
+
+def test_a_save_handed_to_a_thread_that_never_began_writing_at_the_exit_never_landed(tmp_path):
+    """A saver thread that waits for a slow store before writing: the thread of the last save, handed its
+    snapshot at step 3, has written nothing when the process exits. Its function saved before, so it is a save
+    in flight since its hand-over; a thread of another function still running is not."""
+    events, rec, model, opt = _job()
+    release = threading.Event()
+
+    def saver(wait):
+        if wait:
+            release.wait(10)
+        _save(rec, {"w": torch.zeros(2)}, str(tmp_path / "last.pt"))
+
+    def started(fn, *args):
+        handoff = rec.handoff(origin=f"job.{fn.__name__}", thread=fn.__name__)
+        thread = threading.Thread(target=threads._carried, args=(rec, handoff, fn, *args))
+        thread.start()
+        return thread
+
+    _step(rec, opt)
+    started(saver, False).join()
+    for _ in range(2):
+        _step(rec, opt)
+    waiting, other = started(saver, True), started(release.wait, 10)
+    rec.at_exit()
+    rec.disable()  # the process is gone: what the threads would have done after it goes unrecorded
+    release.set()
+    waiting.join()
+    other.join()
+    log = _process(events.events)
+    assert [(s.step, s.ok, s.unfinished, s.waiting) for s in log.saves] == [(1, True, False, False),
+                                                                            (3, False, True, True)]
+    log.hello = {"cwd": str(tmp_path)}
+    (finding,) = async_saves.unfinished_at_exit(log)
+    assert finding.details == {"save": 2, "step": 3, "thread": "saver", "path": None, "begun": False}
+    assert "handed to thread saver and not yet begun writing" in finding.message
+
+
+def test_a_fault_in_a_save_the_reference_wrote_in_the_background_is_armed_with_its_hand_over_step():
+    from chaosckpt.conductor.faults import arming
+    from chaosckpt.conductor.faults.trigger import Trigger
+    from chaosckpt.conductor.runs.runlog import Save
+
+    def target(thread):
+        return Save(index=2, step=16, path="/c/step_16", digest="d", ts=1.0, ok=True, bytes=1000, thread=thread)
+
+    assert arming.in_save(Trigger(), target("AsyncCheckpointExecutor_0")) == {"at_byte": 500, "handed_step": 16}
+    assert arming.in_save(Trigger(steps_in_flight=2), target("saver")) == {
+        "at_byte": 500, "handed_step": 16, "steps_in_flight": 2}
+    assert arming.in_save(Trigger(), target(None)) == {"at_byte": 500}

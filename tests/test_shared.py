@@ -162,3 +162,25 @@ def test_a_suite_groups_the_kills_power_losses_and_sweeps_of_one_save_and_replay
 
     assert {folder.name: [t.id for t in group] for folder, group in groups.items()} == {"save-2": ["kill", "op", "sweep"]}
     assert plan.replay(trials[2]) == f"cd {tmp_path} && chaosckpt run --scenario power-loss -p save=2 --sweep -- train.py"
+
+
+def test_a_kill_in_a_save_written_on_a_background_thread_gets_a_faulted_run_of_its_own(tmp_path, monkeypatch):
+    """The shared run's journal has the training thread's operations (a rotation) wherever thread timing put
+    them against the background write; a run of its own holds the training at its step while the kill strikes."""
+    from types import SimpleNamespace
+
+    from chaosckpt.conductor.runs.runlog import ProcessLog
+
+    (tmp_path / shared.RECORD).write_text(json.dumps({"save": 2, "run": {}, "work": str(tmp_path)}))
+    (tmp_path / shared.DISK).write_text("{}")
+    proc = ProcessLog(pid=1)
+    proc.saves = [Save(index=2, step=16, path="/w/ckpt/step_16", digest="", ts=0.0, ends=[10, 20],
+                       thread="AsyncCheckpointExecutor_0")]
+    monkeypatch.setattr(shared, "_record", lambda stored: SimpleNamespace(events=str(tmp_path)))
+    monkeypatch.setattr(shared.RunLog, "read", lambda path: SimpleNamespace(ops=lambda: []))
+    monkeypatch.setattr(shared.score, "fault_point", lambda log: (proc, 16))
+    monkeypatch.setattr(shared.crash.Disk, "from_dict", lambda d: crash.Disk([str(tmp_path)]))
+    monkeypatch.setattr(shared, "_crash_state", lambda *args: pytest.fail("rebuilt from the shared run"))
+    ctx = SimpleNamespace(opts=SimpleNamespace(sweep=False), scenario=SimpleNamespace(
+        kind=SimpleNamespace(needs_aftermath=False)))
+    assert shared.rebuild(ctx, SimpleNamespace(fault={"at_byte": 5}), tmp_path) is None

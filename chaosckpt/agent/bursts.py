@@ -73,6 +73,8 @@ class Bursts:
         self.awaiting: List[Checkpoint] = []  # serialized into memory, its bytes not yet written to a file
         self._queued: Dict[int, int] = {}  # executor tasks handed work at a step and not yet ended, by step
         self._by_step: Dict[int, Checkpoint] = {}  # unfinished background checkpoints, by the step they save
+        self._handed: Dict[int, Handoff] = {}  # work handed to threads and tasks, not yet saving nor ended, by id
+        self._savers: set = set()  # the functions (``Handoff.origin``) of threads and tasks that opened a checkpoint
         self._lock = threading.Lock()
 
     @property
@@ -121,25 +123,34 @@ class Bursts:
         recent = ckpt.idle_since == self.step
         return ckpt.holders > 0 and (ckpt.busy > 0 or recent) or ckpt in self.awaiting and recent
 
-    def handoff(self, task: bool = False) -> Handoff:
+    def handoff(self, task: bool = False, origin: Optional[str] = None, thread: Optional[str] = None) -> Handoff:
         """What a thread or task started now inherits: the checkpoint this thread is saving (its writer threads,
         an executor's task), and the step its data was taken at. The training thread's next step takes the
         parameters' digest before it changes them: a save the task makes after it is of that state."""
         burst = self._burst
         ckpt = burst.checkpoint if burst.saving else None
+        handed = Handoff(ckpt, burst.via, burst.path, self.step, task, origin, thread)
         with self._lock:
             if ckpt is not None:
                 ckpt.holders += 1
                 ckpt.busy += 1
+            elif origin is not None:
+                self._handed[id(handed)] = handed
             if task:
                 self._queued[self.step] = self._queued.get(self.step, 0) + 1
         self._digest_due = True
-        return Handoff(ckpt, burst.via, burst.path, self.step, task)
+        return handed
+
+    def unbegun(self) -> List[Handoff]:
+        """Work handed to a thread or task whose function saved a checkpoint before, that has neither begun
+        saving nor ended: a save in flight since its hand-over."""
+        with self._lock:
+            return [h for h in self._handed.values() if h.origin in self._savers]
 
     def adopt(self, handoff: Handoff) -> None:
         """This thread (or task) starts on what ``handoff`` gave it."""
         burst = self._burst
-        burst.checkpoint, burst.handed_step = handoff.checkpoint, handoff.step
+        burst.checkpoint, burst.handed_step, burst.handoff = handoff.checkpoint, handoff.step, handoff
         burst.saving, burst.via, burst.path = handoff.checkpoint is not None, handoff.via, handoff.path
 
     def task_done(self, handoff: Handoff) -> None:
@@ -147,12 +158,13 @@ class Bursts:
         if handoff.checkpoint is not None:
             self._busy(handoff.checkpoint, -1)
         with self._lock:
+            self._handed.pop(id(handoff), None)
             queued = self._queued.pop(handoff.step, 1) - 1 if handoff.task else 0
             if queued:
                 self._queued[handoff.step] = queued
         self.close_checkpoint()
         burst = self._burst
-        burst.saving, burst.via, burst.path, burst.handed_step = False, None, None, None
+        burst.saving, burst.via, burst.path, burst.handed_step, burst.handoff = False, None, None, None, None
         kept = self._by_step.get(handoff.step) if handoff.task and not queued else None
         if kept is not None and not kept.holders:
             self._let_go(kept)

@@ -36,7 +36,8 @@ HALT_SECONDS = 600.0
 """How long a halted job waits for the conductor's SIGKILL before exiting by itself (sooner if the conductor dies)."""
 HALT_EXIT_CODE = 86
 IN_FLIGHT_WAIT = 30.0
-"""The longest a background save's fault waits for ``steps_in_flight`` steps (a job waiting for its save takes none)."""
+"""The longest a background save's writer waits at its fault for the training thread to be held (a job waiting for
+its save takes no step), and the longest the training thread is held waiting for the fault."""
 FaultSpecError = protocol.FaultSpecError
 
 
@@ -61,6 +62,10 @@ class ArmedFault:
     steps_in_flight: Optional[int] = None
     """A save on a background thread: the fault at its place waits until the training thread has taken this many
     steps since the save began, so that it strikes while both the training and the write run."""
+    handed_step: Optional[int] = None
+    """The save is written on a background thread, handed the state of this step (the reference run says so): the
+    training thread waits at its optimizer step ``steps_in_flight`` (default 0) steps later, and the writer at its
+    place waits for it there, so where each stands when the fault strikes is fixed, not left to thread timing."""
 
     @classmethod
     def from_json(cls, text: str) -> "ArmedFault":

@@ -21,6 +21,7 @@ from chaosckpt.agent.faults import ArmedFault
 from chaosckpt.agent.horizon import Horizon
 from chaosckpt.agent.modes import Modes
 from chaosckpt.agent.streams import Streams
+from chaosckpt.agent.threads import Handoff
 
 if TYPE_CHECKING:  # imported by the runtime only when a fault asks for the journal
     from chaosckpt.agent.fileops import Journal
@@ -63,6 +64,8 @@ class Recorder(Bursts):
         self._last_rng: Dict[str, str] = {}
         self._drawn: set = set()  # streams whose state moved between two steps: the loop draws from them
         self._halt_pending: Optional[dict] = None
+        self._held = False  # the training thread waits where the fault's background save expects it (``_hold``)
+        self._strike: Optional[str] = None  # the fault is striking: "halt" (held until the kill) or "done"
         self._digest_due = False  # a thread or task was handed work: the next step's digest is of its state
         self._handed_digest: Optional[tuple] = None  # (step, digest) taken for a background save
         self.background_error: Optional[BaseException] = None  # the fault raised in a background save, its fate open
@@ -82,7 +85,9 @@ class Recorder(Bursts):
         if ckpt is not None and ckpt.background is not None:
             fields.update(self._in_flight(ckpt))
         if self.fault.kind == "halt":
+            self._strike = "halt"
             faults.halt(self.writer, **fields)
+        self._strike = "done"
         self.emit("fault", **fields)
         error = faults.disk_full_error()
         if ckpt is not None and ckpt.background is not None:
@@ -91,15 +96,26 @@ class Recorder(Bursts):
         raise error
 
     def _in_flight(self, ckpt: "Checkpoint") -> Dict[str, object]:
-        """A fault in a background save: with ``steps_in_flight``, held until the training thread has taken
-        that many steps since the save began (at most ``faults.IN_FLIGHT_WAIT`` seconds: a job that waits for
-        its save takes none); the thread and the steps taken are part of the fault's event."""
-        wanted = self.fault.steps_in_flight
-        if wanted is not None:
+        """A fault in a background save the reference run placed (``handed_step``): the writer waits at its place
+        until the training thread is held at its step (``_hold``; at most ``faults.IN_FLIGHT_WAIT`` seconds: a
+        job that waits for its save takes no step); the thread and the steps taken are part of the fault's event."""
+        if self.fault.handed_step is not None:
             deadline = time.monotonic() + faults.IN_FLIGHT_WAIT
-            while self.step - ckpt.step < wanted and time.monotonic() < deadline:
+            while not self._held and self._strike is None and time.monotonic() < deadline:
                 time.sleep(0.005)
-        return {"thread": ckpt.background, "steps_in_flight": self.step - ckpt.step, "training_step": self.step}
+        return {"thread": ckpt.background, "steps_in_flight": self.step - ckpt.step, "training_step": self.step,
+                **({"held": True} if self._held else {})}
+
+    def _hold(self, fault: ArmedFault) -> None:
+        """The training thread has taken ``steps_in_flight`` steps since the fault's background save was handed
+        its state: it waits here until the fault strikes (a kill ends the process here) or the save ends without
+        it, so the training stands at the same point in every faulted run."""
+        self._held = True
+        deadline = time.monotonic() + faults.IN_FLIGHT_WAIT
+        while self._strike != "done" and (self._strike == "halt" or time.monotonic() < deadline) and not (
+                self.saves >= fault.save and fault.save not in self._unfinished):
+            time.sleep(0.005)
+        self._held, self._strike = False, "done"
 
     def _in_progress(self) -> Dict[str, object]:
         ckpt = self.checkpoint
@@ -116,9 +132,20 @@ class Recorder(Bursts):
             self.guarded(self.close_checkpoint)
             for ckpt in list(self._unfinished.values()):
                 self.guarded(self._finish, ckpt, self._in_flight_at_exit(ckpt))
+            for handed in self.unbegun():
+                self.guarded(self._never_begun, handed)
             self.awaiting.clear()
         self.fire_pending()
         self.emit("exit", step=self.step, **self._error_fate("unobserved"))
+
+    def _never_begun(self, handed: "Handoff") -> None:
+        """The process exits before a thread handed a save at ``handed.step`` began writing it (a slow store it
+        waits for): a checkpoint in flight from its hand-over that never landed."""
+        self.saves += 1
+        self.emit("save-begin", save=self.saves, step=handed.step, path=None, via="handoff",
+                  digest=self._digest_at(handed.step), rng={}, thread=handed.thread or handed.origin)
+        self.emit("save-end", save=self.saves, ok=False, bytes=0, writes=0, unfinished=True, waiting=True,
+                  error="handed to its thread and not yet begun when the process exited")
 
     def _error_fate(self, fate: str) -> Dict[str, object]:
         """The error a fault raised in a background save, the first time its fate is known: ``observed`` (a
@@ -218,6 +245,9 @@ class Recorder(Bursts):
         self._end_step()  # a step whose optimizer.step() raised: booked without waiting for it
         if self.horizon is not None and self.horizon.due(self.step):
             faults.halt(self.writer, event="stop", flag=protocol.STOP_FLAG_PREFIX, step=self.step)
+        if self.fault is not None and self.fault.handed_step is not None and self._strike is None and (
+                self.step == self.fault.handed_step + (self.fault.steps_in_flight or 0)):
+            self._hold(self.fault)
         self.step += 1
         if self._by_step:  # the training stepped on: nothing more is handed over for a kept checkpoint's step
             for kept in [c for c in self._by_step.values() if not c.holders]:
@@ -321,6 +351,11 @@ class Recorder(Bursts):
         background = self._stepper is not None and threading.get_ident() != self._stepper
         step = self._burst.handed_step if background and self._burst.handed_step is not None else self.step
         self._burst.handed_step = None
+        handed = self._burst.handoff
+        if handed is not None:
+            with self._lock:
+                self._handed.pop(id(handed), None)
+                self._savers.add(handed.origin)
         with self._lock:
             joined = self._by_step.get(step) if background else None
             if joined is not None:  # another task handed work at the same step: one checkpoint, as between steps

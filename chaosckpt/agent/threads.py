@@ -4,7 +4,8 @@ a background save's error.
 A checkpoint belongs to the thread that writes it (``Burst``). A thread started, or a task submitted, from inside
 a save call writes for that save (DCP's writer threads); any other is handed the step at which it was given its
 data, which is the step an asynchronous save it makes snapshots. Its checkpoint ends when the thread or the task
-does, or when the thread waits for more work (``queue.Queue.get``). A thread that writes the bytes another
+does, or when the thread waits for more work (``queue.Queue.get``). Work handed to a thread or task running a
+function that saved before is a save from its hand-over: unbegun at the exit, it is a checkpoint that never landed. A thread that writes the bytes another
 thread serialized into memory for a checkpoint (a saver handed them) writes for that checkpoint. A future's
 ``result()`` or ``exception()`` that returns a background save's fault is the job noticing it.
 """
@@ -27,6 +28,7 @@ class Burst(threading.local):
     path: Optional[str] = None
     moving: Optional[Dict[str, str]] = None
     handed_step: Optional[int] = None  # the step at which this thread (or task) was handed its work
+    handoff: Any = None  # the ``Handoff`` this thread (or task) runs
     carrying = False  # it writes bytes another thread serialized into memory for its checkpoint
 
 
@@ -38,6 +40,8 @@ class Handoff(NamedTuple):
     path: Optional[str]
     step: int
     task: bool  # an executor's task (its checkpoint may be shared with the others handed work at its step)
+    origin: Optional[str] = None  # the function the thread or task runs: once it saved, each later one is a save
+    thread: Optional[str] = None  # the started thread's name (an executor's task runs on a thread known later)
 
 
 def install(rec: Any) -> None:
@@ -47,7 +51,8 @@ def install(rec: Any) -> None:
 
 def thread_start(rec: Any, original: Callable) -> Callable:
     def start(self: threading.Thread) -> None:
-        handoff, run = rec.handoff(), self.run
+        target = getattr(self, "_target", None) or type(self).run
+        handoff, run = rec.handoff(origin=_origin(target), thread=self.name), self.run
         self.run = lambda: _carried(rec, handoff, run)
         original(self)
 
@@ -56,7 +61,7 @@ def thread_start(rec: Any, original: Callable) -> Callable:
 
 def executor_submit(rec: Any, original: Callable) -> Callable:
     def submit(self: concurrent.futures.Executor, fn: Callable, /, *args: Any, **kwargs: Any) -> Any:
-        handoff = rec.handoff(task=True)
+        handoff = rec.handoff(task=True, origin=_origin(fn))
         return original(self, lambda: _carried(rec, handoff, fn, *args, **kwargs))
 
     return submit
@@ -89,6 +94,13 @@ def future_exception(rec: Any, original: Callable) -> Callable:
         return exc
 
     return exception
+
+
+def _origin(fn: Any) -> Optional[str]:
+    """The function a thread or task runs, by name (a ``functools.partial``'s function)."""
+    fn = getattr(fn, "func", fn)
+    name = getattr(fn, "__qualname__", None)
+    return None if name is None else f"{getattr(fn, '__module__', None)}.{name}"
 
 
 def _carried(rec: Any, handoff: Handoff, fn: Callable, *args: Any, **kwargs: Any) -> Any:

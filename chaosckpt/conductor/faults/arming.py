@@ -65,8 +65,11 @@ def start(kind: protocol.AgentFaultKind, trigger: Trigger, reference: RunLog,
 
 def in_save(trigger: Trigger, target: Save) -> Dict:
     """Where in the save a fault fires: at a byte fraction or a write, of the whole save or of one of its files,
-    and for an asynchronous save how many training steps after it began."""
+    and for a save the reference run wrote on a background thread, the step whose state it was handed and how
+    many training steps after it the training is held while the fault strikes (default 0: at its next step)."""
     placed = _in_save(trigger, target)
+    if target.thread is not None:
+        placed["handed_step"] = target.step
     if trigger.steps_in_flight is not None:
         placed["steps_in_flight"] = trigger.steps_in_flight
     return placed

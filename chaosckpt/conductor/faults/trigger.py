@@ -53,8 +53,9 @@ class Trigger:
     across all the checkpoint's files."""
     free_bytes: int | None = None
     steps_in_flight: int | None = None
-    """A save written on a background thread (an asynchronous checkpoint): the fault at its place waits until
-    the training has taken this many steps since the save began."""
+    """A save written on a background thread (an asynchronous checkpoint): the training is held this many steps
+    after the step the save was handed (default 0: at its next step) and the fault at its place waits for it
+    there."""
     op: int | None = None
     model: str = "ordered"
     rank: int = -1

@@ -47,6 +47,8 @@ def _in_flight(fault: dict) -> str:
     steps = fault.get("steps_in_flight", 0)
     going = f"{steps} training step{'s' if steps != 1 else ''} after the save began" if steps else (
         "before the training took another step")
+    if fault.get("held"):
+        going += ", the training held there"
     noticed = {True: "; the job noticed its error", False: "; the job never noticed its error"}.get(
         fault.get("noticed"), "")
     return f", in its background thread {fault['thread']}, {going}{noticed}"

@@ -68,6 +68,9 @@ class FaultRecord(TypedDict, total=False):
     asynchronous checkpoint)."""
     steps_in_flight: int
     """The training steps taken between the start of that background save and the fault."""
+    held: bool
+    """The training thread was held at that step while the fault struck (a save the reference run wrote in the
+    background): where both threads stood is the same in every run."""
     noticed: bool
     """The error the fault raised in a background save: whether the job saw it (a future's result raised it, or
     the job ended on it) or trained on without it."""

@@ -39,6 +39,8 @@ class Save:
     """The background thread that wrote it (an asynchronous save); None: the training thread."""
     unfinished: bool = False
     """A background thread was still writing it when the process exited: it never landed."""
+    waiting: bool = False
+    """Unfinished, and not yet begun: handed to its thread, which had written nothing of it at the exit."""
 
     def moved_away(self, path: str) -> bool:
         """Whether the save renamed ``path`` to another name (a temporary file put in place), so that ``path``
@@ -146,7 +148,7 @@ def _process(events: List[Event]) -> ProcessLog:
             save = by_index[e["save"]]
             save.ok, save.bytes, save.writes, save.error = e["ok"], e["bytes"], e["writes"], e.get("error")
             save.content = e.get("content", [])
-            save.unfinished = bool(e.get("unfinished"))
+            save.unfinished, save.waiting = bool(e.get("unfinished")), bool(e.get("waiting"))
         elif kind == "save-file" and e["save"] in by_index:
             save = by_index[e["save"]]
             save.files.append(e)

@@ -22,13 +22,14 @@ def unfinished_at_exit(saver: Optional[ProcessLog]) -> List[Finding]:
     for save in (s for s in saver.saves if s.unfinished):
         where = f" ({saver.shown(save.path)})" if save.path is not None else ""
         by = f" by thread {save.thread}" if save.thread is not None else ""
+        state = (f"had been handed to thread {save.thread} and not yet begun writing (a save is in flight from "
+                 "its hand-over)" if save.waiting else f"was still being written in the background{by}")
         found.append(Finding(
             "exit-with-save-in-flight",
-            f"the uninterrupted run exited while checkpoint {save.index} of step {save.step}{where} was still being "
-            f"written in the background{by}: that checkpoint never landed, and a resume finds an older one or a "
-            f"torn file; {WAIT_FOR_IT}",
+            f"the uninterrupted run exited while checkpoint {save.index} of step {save.step}{where} {state}: that "
+            f"checkpoint never landed, and a resume finds an older one or a torn file; {WAIT_FOR_IT}",
             {"save": save.index, "step": save.step, "thread": save.thread,
-             "path": None if save.path is None else saver.shown(save.path)},
+             "path": None if save.path is None else saver.shown(save.path), "begun": not save.waiting},
         ))
     return found
 

@@ -80,7 +80,7 @@ def caught(ctx: Context, armed: Armed, result: Optional[RunResult], log: RunLog,
         "kind": event["fault"],
         "save": event["save"],
         "step": step,
-        **{k: event[k] for k in ("write", "bytes", "op", "free_bytes", "thread", "steps_in_flight") if k in event},
+        **{k: event[k] for k in ("write", "bytes", "op", "free_bytes", "thread", "steps_in_flight", "held") if k in event},
         "path": rel(event.get("path"), armed.work),
         "files": files_after_fault(ctx, proc, armed.work),
     }

@@ -58,7 +58,9 @@ def headline(trial: Trial) -> str:
 
 ASYNC_LEADS = {
     "exit-with-save-in-flight": lambda d: (f"the uninterrupted run exited while its checkpoint of step {d['step']} "
-                                           "was still being written in the background, so it never landed"),
+                                           + ("was still being written in the background" if d.get("begun", True)
+                                              else "was handed to its thread and not yet begun")
+                                           + ", so it never landed"),
     "background-error-unobserved": lambda d: (f"the job never noticed the error that failed its background save "
                                               f"and trained {d['steps_after']} more "
                                               f"step{'s' if d['steps_after'] != 1 else ''}"),
@@ -66,10 +68,19 @@ ASYNC_LEADS = {
 """Findings about asynchronous saves that lead a failed trial's headline, each in a few words (from its details)."""
 
 
+def _none_good(trial: Trial) -> str:
+    """Why no checkpoint was good when the fault hit: none had completed, or the job had deleted them."""
+    deleted = next((f for f in trial.findings if f.kind == "rotation-before-complete" and not f.ignored), None)
+    if deleted is None:
+        return "no checkpoint had completed"
+    return (f"no complete checkpoint was left (the job had deleted step {deleted.details['deleted_step']}'s "
+            "while the next was being written)")
+
+
 def _story(trial: Trial, lead: Optional[Finding]) -> str:
     """What the trial found after its verdict: the lead finding, or where the resume started and how it went."""
     outcome, lg = trial.outcome, trial.last_good_step
-    last_good = f"the last good checkpoint was step {lg}" if lg is not None else "no checkpoint had completed"
+    last_good = f"the last good checkpoint was step {lg}" if lg is not None else _none_good(trial)
     if lead is not None and lead.kind == "resume-exited":
         return f"{lead.message}; {_resumed_from(trial)}"
     if lead is not None and lead.kind == "acknowledged-checkpoint-lost":

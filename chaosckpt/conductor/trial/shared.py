@@ -108,7 +108,8 @@ def ready(prefix: Path) -> bool:
 def rebuild(ctx: Context, armed: Armed, prefix: Path) -> Optional[Faulted]:
     """The faulted step from the shared run, in this trial's sandbox (see the module's docstring). None when
     the journal cannot say it (the save's file was not journaled, the operation is past the shared run's
-    end): the trial then runs its own faulted run."""
+    end, or a kill in a save written on a background thread, where the shared run's journal has the training
+    thread's operations wherever thread timing put them): the trial then runs its own faulted run."""
     stored = json.loads((prefix / RECORD).read_text())
     if ctx.opts.sweep or ctx.scenario.kind.needs_aftermath:
         return _journaled(ctx, armed, prefix, stored)
@@ -118,8 +119,8 @@ def rebuild(ctx: Context, armed: Armed, prefix: Path) -> Optional[Faulted]:
     proc, step = score.fault_point(log)
     saves = [s for s in proc.saves if s.index == stored["save"]] if proc is not None else []
     ends = saves[0].ends if saves else None
-    if proc is None or not ends or saves[0].path is None:
-        return None
+    if proc is None or not ends or saves[0].path is None or saves[0].thread is not None:
+        return None  # a background save's kill is pinned in a run of its own: the training held at its step
     target = saves[0]
     at, write = _cut(armed.fault, ends)
     state = _crash_state(initial, log.ops(), target, at) if write <= len(ends) else None
