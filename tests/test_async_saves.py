@@ -178,7 +178,8 @@ def test_the_checkpoint_process_saves_are_its_rank_s_at_the_steps_handed_over():
             _event("save-handoff", 10, 5.0, handoff=2, step=8, digest="d8", path="/c/step_8")]
     helper = [_event("hello", 30, 1.5, rank=0, helper_of=10),
               _event("save-begin", 30, 3.5, save=1, step=0, path="/c/step_4", via="dcp", digest="x"),
-              _event("op", 30, 3.6, op="open", path="/c/step_4/__0_0.distcp", n=1, save=1),
+              _event("op", 30, 3.6, op="open", path="/c/step_4/__0_0.distcp", n=1, save=1, ino=[1, 7], created=True,
+                     trunc=True),
               _event("save-end", 30, 3.7, save=1, ok=True, bytes=9, writes=1),
               _event("save-begin", 30, 5.5, save=2, step=0, path="/c/step_8", via="dcp", digest="x"),
               _event("fault", 30, 5.6, fault="halt", save=2, write=3)]

@@ -77,7 +77,7 @@ def test_the_sweep_load_checks_every_kind_of_checkpoint_file_a_framework_writes(
     found = sweep.Sweep([sweep.CrashPoint(1, "write", 0, files)], [entries], [whole])
     checker = loadcheck.LoadChecker()
     try:
-        sweep.check_states(found, [str(src)], tmp_path / "scratch", checker)
+        sweep.check_states(found, [str(src)], tmp_path / "scratch", checker, None)
     finally:
         checker.close()
     assert [f.get("loads") for f in files] == [False, True, True, None]

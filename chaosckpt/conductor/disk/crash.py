@@ -350,7 +350,12 @@ def _beneath(base: Union[str, Path], path: str) -> str:
 
 def _remove(top: int, where: str) -> bool:
     """Remove what is at ``where`` beneath ``top`` (a folder and all it holds; a link, not what it leads to);
-    whether there was anything."""
+    whether there was anything. At ``.`` (a checkpoint folder that is the sandbox itself), what it holds."""
+    if where == os.curdir:
+        names = os.listdir(top)
+        for name in names:
+            _remove(top, name)
+        return True
     try:
         folder = beneath.folder(top, os.path.dirname(where))
     except FileNotFoundError:
