@@ -133,13 +133,15 @@ def test_power_losses_and_a_sweep_in_one_save_share_one_faulted_run_and_get_the_
 
 
 def test_a_verdict_table_row_gives_one_verdict_alone_cached_in_a_shared_suite_and_in_one_of_its_own(tmp_path):
-    """The scheduler job's sweep: each crash state resumes from the checkpoint it holds and diverges, as the plain
-    trial does; a sweep judged only by where it resumed passed it in a suite and failed it alone."""
+    """The scheduler job's kill (its LR schedule not saved: the resume diverges two steps after the checkpoint it
+    took) run the four ways of bench/equivalence.py; its sweep, each state judged as this resume is, is a row of
+    the verdict table."""
     job = table.JOBS["scheduler_job"]
-    got = equivalence.run_ways(job, "power-loss", True, tmp_path)
+    got = equivalence.run_ways(job, "kill9-mid-save", False, tmp_path)
 
-    expected = next(f"{verdict}: {cause}" for key, scenario, verdict, cause, _ in table.SWEEP_ROWS
-                    if key == "scheduler_job")
+    expected = next(f"{verdict}: {cause}" for key, scenario, verdict, cause, _ in table.ROWS
+                    if key == "scheduler_job" and scenario == "kill9-mid-save")
     assert equivalence.judge(got) == (True, expected)
+    assert got["alone"]["first_divergent_step"] == got["suite"]["first_divergent_step"] == 11
     assert got["suite"]["fault"].get("shared")
     assert "shared" not in got["no-share"]["fault"]
