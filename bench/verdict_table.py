@@ -38,7 +38,8 @@ NODE_SCENARIOS = ("node-power-loss", "node-loss")
 EXPLAINING = ("background-error-unobserved", "exit-with-save-in-flight", "resume-chose-incomplete",
               "resume-chose-dcp-without-metadata", "rotation-before-complete",
               "resume-exited", "acknowledged-checkpoint-lost", "move-became-copy", "torn-checkpoint", "in-place-save",
-              "resumed-other-weights", "ranks-disagree", "steps-skipped", "steps-replayed", "eval-mode-in-training",
+              "resumed-other-weights", "ranks-disagree", "steps-skipped", "steps-replayed", "optimizer-not-restored",
+              "scheduler-not-restored", "buffers-not-restored", "scaler-not-restored", "eval-mode-in-training",
               "rng-captured-early", "rng-drawn-after-restore",
               "rng-not-restored", "epoch-order-replayed", "epoch-order-differs", "step-count-differs", "sampler-overlap",
               "sampler-missing", "resume-hung")
@@ -85,6 +86,12 @@ JOBS = {
     "scheduler_job": Job("tests/jobs/scheduler_job.py", "tests/jobs/scheduler_job.py", ()),
     "scheduler_saved": Job("tests/jobs/scheduler_job.py --save-scheduler", "tests/jobs/scheduler_job.py",
                            ("--save-scheduler",)),
+    "state_job": Job("tests/jobs/state_job.py", "tests/jobs/state_job.py", ()),
+    "state_optimizer": Job("tests/jobs/state_job.py --unsaved optimizer", "tests/jobs/state_job.py",
+                           ("--unsaved", "optimizer")),
+    "state_buffers": Job("tests/jobs/state_job.py --unsaved buffers", "tests/jobs/state_job.py", ("--unsaved", "buffers")),
+    "state_two": Job("tests/jobs/state_job.py --unsaved optimizer --unsaved scheduler", "tests/jobs/state_job.py",
+                     ("--unsaved", "optimizer", "--unsaved", "scheduler")),
     "async_slow_robust": Job("tests/jobs/slow_daemon_job.py", "tests/jobs/slow_daemon_job.py", ()),
     "async_slow_daemon": Job("tests/jobs/slow_daemon_job.py --daemon", "tests/jobs/slow_daemon_job.py", ("--daemon",)),
     "dcp_async_single": Job("tests/jobs/dcp_async_single_job.py", "tests/jobs/dcp_async_single_job.py", ()),
@@ -138,6 +145,13 @@ SCHEDULER = ("model, optimizer, RNG and step saved atomically, the LR scheduler 
              "the cosine again and the loss differs two steps after the checkpoint it took (scheduler_job.truth.md)")
 
 SCHEDULER_SAVED = "the scheduler saved too: the resume starts from the checkpoint it finds and reproduces"
+
+STATE = "model, buffers, Adam, scheduler, RNG and step saved atomically and fsynced (state_job.truth.md)"
+STATE_OPTIMIZER = ("Adam's moments not saved: the resumed optimizer holds no state and its learning rate is the "
+                   "initial one, the loss differs from the second resumed step (state_job.truth.md)")
+STATE_BUFFERS = ("the parameters saved without batch norm's running statistics: every loss matches (training uses "
+                 "batch statistics), but the resumed model's buffers are not the uninterrupted run's (state_job.truth.md)")
+STATE_TWO = ("neither the optimizer nor the scheduler saved: both named, the optimizer first (state_job.truth.md)")
 
 SLOW_EXIT = ("the reference run exits 0 while the thread handed step 24's snapshot still waits for the store: "
              "the final checkpoint never begins, never lands (slow_daemon_job.truth.md)")
@@ -319,16 +333,39 @@ ROWS: List[Tuple[str, str, str, str, str]] = [
      "the saver fsyncs the file before the rename and the folder after it: last.pt is always a whole checkpoint"),
     ("async_thread_job", "eval-left-on", "PASSED", "last-good", "no dropout or batch norm: eval mode computes the same"),
     ("async_thread_job", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
-    ("scheduler_job", "kill9-mid-save", "FAILED", "last-good", SCHEDULER),
-    ("scheduler_job", "enospc", "FAILED", "last-good", "the full disk fails the temporary file, last.pt is intact; "
+    ("scheduler_job", "kill9-mid-save", "FAILED", "last-good, scheduler-not-restored", SCHEDULER),
+    ("scheduler_job", "enospc", "FAILED", "last-good, scheduler-not-restored", "the full disk fails the temporary file, last.pt is intact; "
      + SCHEDULER),
     ("naive_train", "power-loss -p model=strict", "FAILED", "scratch (step 0) after before the save's first operation",
      "torch.save straight over last.pt, never fsynced: under the strict model no crash point of save 2 leaves a "
      "checkpoint, and every resume trains from scratch (a suite's shared sweep once resumed step 32 in each)"),
-    ("scheduler_job", "power-loss", "FAILED", "last-good", "fsynced, the checkpoint survives; " + SCHEDULER),
-    ("scheduler_job", "eval-left-on", "FAILED", "last-good", "no dropout or batch norm: eval mode computes the "
+    ("scheduler_job", "power-loss", "FAILED", "last-good, scheduler-not-restored", "fsynced, the checkpoint survives; " + SCHEDULER),
+    ("scheduler_job", "eval-left-on", "FAILED", "last-good, scheduler-not-restored", "no dropout or batch norm: eval mode computes the "
      "same; " + SCHEDULER),
     ("scheduler_job", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
+    ("state_job", "kill9-mid-save", "PASSED", "last-good", STATE),
+    ("state_job", "enospc", "PASSED", "last-good", STATE),
+    ("state_job", "power-loss", "PASSED", "last-good", STATE),
+    ("state_job", "eval-left-on", "FAILED", "last-good, eval-mode-in-training", STATE + "; batch norm in eval mode "
+     "normalizes with its running statistics"),
+    ("state_optimizer", "kill9-mid-save", "FAILED", "last-good, optimizer-not-restored", STATE_OPTIMIZER),
+    ("state_optimizer", "enospc", "FAILED", "last-good, optimizer-not-restored", STATE_OPTIMIZER),
+    ("state_optimizer", "power-loss", "FAILED", "last-good, optimizer-not-restored", STATE_OPTIMIZER),
+    ("state_buffers", "kill9-mid-save", "FAILED", "last-good, buffers-not-restored", STATE_BUFFERS),
+    ("state_buffers", "enospc", "FAILED", "last-good, buffers-not-restored", STATE_BUFFERS),
+    ("state_buffers", "power-loss", "FAILED", "last-good, buffers-not-restored", STATE_BUFFERS),
+    ("state_two", "kill9-mid-save", "FAILED", "last-good, optimizer-not-restored", STATE_TWO),
+    ("state_job", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
+    ("state_optimizer", "eval-left-on", "FAILED", "last-good, optimizer-not-restored", STATE_OPTIMIZER + "; in eval "
+     "mode too (the job never calls model.train())"),
+    ("state_optimizer", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
+    ("state_buffers", "eval-left-on", "FAILED", "last-good, eval-mode-in-training", "in eval mode batch norm "
+     "normalizes with its running statistics and updates none: the buffers are not compared, the mode is the cause"),
+    ("state_buffers", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
+    ("state_two", "enospc", "FAILED", "last-good, optimizer-not-restored", STATE_TWO),
+    ("state_two", "power-loss", "FAILED", "last-good, optimizer-not-restored", STATE_TWO),
+    ("state_two", "eval-left-on", "FAILED", "last-good, optimizer-not-restored", STATE_TWO),
+    ("state_two", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
     ("scheduler_saved", "kill9-mid-save", "PASSED", "last-good", SCHEDULER_SAVED),
     ("scheduler_saved", "enospc", "PASSED", "last-good", SCHEDULER_SAVED),
     ("scheduler_saved", "power-loss", "PASSED", "last-good", SCHEDULER_SAVED),

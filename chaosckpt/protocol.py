@@ -32,7 +32,13 @@ and ``pid``. The event types and their own fields:
                 the process and the first step after a load, ``digest`` (exact,
                 order-sensitive digest of all parameters); on the first step after a load whose
                 object held tensor sets, ``samples`` (per parameter, the CRC-32 of a fixed
-                sample of its values as float32, to match against those sets).
+                sample of its values as float32, to match against those sets); on the first
+                step of the process, the first after a save begins and the first after a load,
+                ``state`` (the manifest of the training state, ``agent/manifest.py``: part name ->
+                its digest and plain values; ``optimizer N`` with ``params``, ``with_state``,
+                ``digest`` and each group's hyperparameters in ``groups``; ``scheduler N.K`` and
+                ``scaler N`` with a ``state_dict``'s plain ``values`` and ``digest``; ``buffers LABEL``
+                with each buffer's digest; every part with ``class`` and ``label``).
 ``save-begin``  a checkpoint started: the first save call after a step. A
                 checkpoint is every save call between two steps (a Trainer's model,
                 optimizer, scheduler and RNG files). ``save`` (1-based index of the
@@ -316,6 +322,7 @@ FindingKind = Literal[
     "acknowledged-checkpoint-lost",
     "background-error-unobserved",
     "baseline-nondeterministic",
+    "buffers-not-restored",
     "checkpoint-view-bloat",
     "crash-at-exit",
     "epoch-order-differs",
@@ -330,6 +337,7 @@ FindingKind = Literal[
     "no-step-in-checkpoint",
     "non-finite-loss",
     "not-interposed",
+    "optimizer-not-restored",
     "ranks-disagree",
     "resume-chose-dcp-without-metadata",
     "resume-chose-incomplete",
@@ -346,6 +354,8 @@ FindingKind = Literal[
     "sampler-epoch-never-set",
     "sampler-missing",
     "sampler-overlap",
+    "scaler-not-restored",
+    "scheduler-not-restored",
     "step-count-differs",
     "steps-before-load",
     "steps-replayed",

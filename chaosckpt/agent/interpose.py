@@ -122,7 +122,7 @@ def scale(hooks: Hooks, original: Callable) -> Callable:
     def scale(self, outputs):
         result = original(self, outputs)
         if isinstance(outputs, torch.Tensor) and result is not outputs:
-            rec.guarded(rec.on_scaled, result, outputs)
+            rec.guarded(rec.on_scaled, result, outputs, self)
         return result
 
     return scale

@@ -19,7 +19,8 @@ import torch
 MAX_NAMES = 50
 
 
-def _label(root: torch.nn.Module) -> str:
+def script_name(root: object) -> str:
+    """The name the job's script gives ``root`` at module level, else its class's."""
     main = sys.modules.get("__main__")
     for name, value in vars(main).items() if main is not None else ():
         if value is root:
@@ -42,17 +43,24 @@ class Modes:
 
     def __init__(self) -> None:
         self.modules: List[Tuple[str, weakref.ref]] = []
+        self.roots: List[weakref.ref] = []
 
     def discover(self, params: List[torch.Tensor]) -> None:
         seen = set()
         self.modules = []
-        for root in sorted(roots_of(params), key=_label):
-            label = _label(root)
+        roots = sorted(roots_of(params), key=script_name)
+        self.roots = [weakref.ref(root) for root in roots]
+        for root in roots:
+            label = script_name(root)
             for name, module in root.named_modules():
                 if id(module) not in seen:
                     seen.add(id(module))
                     name = f"{label}.{name} ({type(module).__name__})" if name else label
                     self.modules.append((name, weakref.ref(module)))
+
+    def live_roots(self) -> List[torch.nn.Module]:
+        """The outermost modules of the optimized model trees, as found at the first step."""
+        return [root for root in (ref() for ref in self.roots) if root is not None]
 
     def in_eval(self) -> List[str]:
         names = []

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Dict, Iterator, List, Optional
 import torch
 
 from chaosckpt import protocol
-from chaosckpt.agent import faults, fingerprint
+from chaosckpt.agent import faults, fingerprint, manifest
 from chaosckpt.agent.bursts import MEMORY, Bursts, Checkpoint
 from chaosckpt.agent.channel import EventWriter
 from chaosckpt.agent.faults import ArmedFault
@@ -55,6 +55,8 @@ class Recorder(Bursts):
         self._batch: Optional[str] = None  # the indices of the latest batch a DataLoader drew, as a CRC
         self._scaled: Dict[int, torch.Tensor] = {}
         self._need_digest = True
+        self._state_due = True  # the next step records the manifest (``manifest``): the first, and after a save or load
+        self.scalers = manifest.Scalers()
         self._sample_next = False  # a checkpoint's tensor sets were loaded: the next step samples each parameter
         self._stepper: Optional[int] = None  # the thread that steps the primary optimizer: the training loop's
         self.hidden_steps = 0  # inside get_state_dict's optimizer state initialisation: its step is no training step
@@ -187,6 +189,10 @@ class Recorder(Bursts):
     def optimizer_created(self, optimizer: torch.optim.Optimizer) -> None:
         self._optimizers.append(weakref.ref(optimizer))
 
+    def optimizers(self) -> List[torch.optim.Optimizer]:
+        """The live optimizers, in creation order."""
+        return [opt for opt in (ref() for ref in self._optimizers) if opt is not None]
+
     def params(self) -> List[torch.Tensor]:
         """Parameters of every live optimizer, in creation order, each once."""
         seen = set()
@@ -217,9 +223,11 @@ class Recorder(Bursts):
             if self._stepper in (None, threading.get_ident()):  # the losses are the training thread's to drop
                 self._pending_losses.clear()
 
-    def on_scaled(self, scaled: torch.Tensor, loss: torch.Tensor) -> None:
-        """GradScaler.scale produced ``scaled`` from ``loss``: record the unscaled value at backward."""
+    def on_scaled(self, scaled: torch.Tensor, loss: torch.Tensor, scaler: object) -> None:
+        """GradScaler.scale produced ``scaled`` from ``loss``: record the unscaled value at backward, and the
+        scaler as part of the training state."""
         self._scaled[id(scaled)] = loss.detach()
+        self.scalers.saw(scaler)
 
     def _take_losses(self) -> List[float]:
         losses = [float(x) for x in self._pending_losses]
@@ -309,6 +317,9 @@ class Recorder(Bursts):
         if self._need_digest:
             fields["digest"] = fingerprint.exact_digest(params)
             self._need_digest = False
+        if self._state_due:
+            self._state_due = False
+            fields["state"] = manifest.take(self.optimizers(), self.modes.live_roots(), self.scalers.live())
         if self._sample_next:
             fields["samples"] = fingerprint.value_samples(params)
             self._sample_next = False
@@ -366,6 +377,7 @@ class Recorder(Bursts):
             self._fetch_rng = None  # the next step's batch state is taken after the save: draws around it told apart
         with self._lock:
             self.saves += 1
+            self._state_due = True
             ckpt = self._burst.checkpoint = self._unfinished[self.saves] = Checkpoint(self.saves, step)
         if background:
             ckpt.background = threading.current_thread().name
@@ -523,13 +535,13 @@ class Recorder(Bursts):
             keys=keys,
             **({"sets": sets} if sets else {}),
         )
-        self._need_digest = True
+        self._need_digest = self._state_due = True
         self._sample_next = self._sample_next or bool(sets)
 
     def restored(self, what: str, obj: object) -> None:
         if what in ("module", "optimizer"):
             self.emit("restore", what=what, name=type(obj).__name__)
-            self._need_digest = True
+            self._need_digest = self._state_due = True
         elif self.step == 0:  # RNG restores mid-run (activation checkpointing, fork_rng) are not resumes
             self.emit("restore", what=what, name=type(obj).__name__, rng=self._rng())
         fault = self.fault

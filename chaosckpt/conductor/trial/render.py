@@ -114,7 +114,9 @@ def _story(trial: Trial, lead: Optional[Finding]) -> str:
         cut = trial.horizon is not None and trial.compared_steps >= trial.horizon
         span = "following steps up to the horizon" if cut else "following steps"
         return f"{start} and reproduced {'the' if cut else 'all'} {trial.compared_steps} {span} {how}"
-    diff = f", largest loss difference {trial.max_loss_diff:.3g}" if trial.max_loss_diff is not None else ""
+    diff = f", largest loss difference {trial.max_loss_diff:.3g}" if trial.max_loss_diff else ""
+    if trial.max_loss_diff == 0:
+        diff = " in its training state, with every loss the same"
     why = lead.message if lead is not None and lead.kind in DIVERGENCE_CAUSES else ""
     return (f"{start} but diverged from the uninterrupted run at step "
             f"{trial.first_divergent_step}{diff}" + (f": {why}" if why else ""))

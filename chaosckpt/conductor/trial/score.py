@@ -11,7 +11,7 @@ from chaosckpt import checkpoint_content
 from chaosckpt.conductor.results.result import Finding, Outcome
 from chaosckpt.conductor.runs import logcap
 from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog
-from chaosckpt.conductor.trial import alignment, rng_capture
+from chaosckpt.conductor.trial import alignment, restored_state, rng_capture
 
 
 @dataclass
@@ -160,6 +160,7 @@ def trajectory(reference: ProcessLog, resume: ProcessLog, start: int, tolerance:
         max_diff = max(max_diff, _loss_diff(step.get("loss", []), ref_steps[g - 1].get("loss", [])))
     divergent = first_mismatch(resume.steps, ref_steps, start, tolerance)
     findings: List[Finding] = []
+    modes = eval_findings(reference, resume, start)
     expected = len(ref_steps) - start
     taken = len(resume.steps)
     # a run its horizon stopped has no steps past it, which is no difference
@@ -174,10 +175,13 @@ def trajectory(reference: ProcessLog, resume: ProcessLog, start: int, tolerance:
                 {"resumed_steps": len(resume.steps), "reference_steps": expected},
             )
         )
-    modes = eval_findings(reference, resume, start)
+    # a part of the training state the resume did not restore is a divergence at its first step, losses or not
+    unrestored = restored_state.findings(reference, resume, start, modes_differ=bool(modes))
+    if divergent is None and unrestored and compared:
+        divergent = start + 1
     # steps skipped or replayed lead: the resume then trained on other batches, whatever mode its modules were in
     shifted = alignment.finding(reference, resume, start) if divergent is not None else None
-    findings.extend(modes if shifted is None else [shifted, *modes])
+    findings.extend([*([] if shifted is None else [shifted]), *unrestored, *modes])
     if divergent is not None:
         # random streams compared where the uninterrupted run trained the batch the resume's first step trained on
         at = start if shifted is None else shifted.details["batch_of_step"] - 1

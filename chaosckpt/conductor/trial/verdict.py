@@ -10,7 +10,8 @@ from chaosckpt.conductor.results.result import Finding, Reason, Status, Trial
 from chaosckpt.protocol import FindingKind
 
 DIVERGENCE_CAUSES: Tuple[FindingKind, ...] = (
-    "steps-skipped", "steps-replayed", "eval-mode-in-training", "rng-not-restored", "rng-captured-early",
+    "steps-skipped", "steps-replayed", "optimizer-not-restored", "scheduler-not-restored", "buffers-not-restored",
+    "scaler-not-restored", "eval-mode-in-training", "rng-not-restored", "rng-captured-early",
     "rng-drawn-after-restore", "step-count-differs", "epoch-order-replayed", "epoch-order-differs", "sampler-overlap",
     "sampler-missing")
 """Finding kinds that explain a divergence, in the order the headline prefers them."""

@@ -1,0 +1,128 @@
+"""The restored-state diff: the agent's manifest of the training state and the conductor's naming of each part a
+resume did not restore (the shapes of tests/jobs/state_job.py, built in process)."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import nn
+
+from chaosckpt.agent import manifest
+from chaosckpt.conductor.runs.runlog import ProcessLog
+from chaosckpt.conductor.trial import restored_state, score
+
+
+def _job(steps: int):
+    """A model with batch norm, Adam and a cosine schedule, trained ``steps`` steps."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 1))
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=16)
+    for _ in range(steps):
+        loss = model(torch.randn(8, 4)).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+    return model, opt, sched
+
+
+def _state(model, opt) -> dict:
+    return manifest.take([opt], [model], [])
+
+
+def _log(state: dict, start: int = 0, loss: float = 1.0) -> ProcessLog:
+    steps = [{"step": i + 1, "loss": [loss], "pfp": "p"} for i in range(start + 2)]
+    steps[start]["state"] = state
+    return ProcessLog(pid=1, steps=steps)
+
+
+def test_the_manifest_finds_the_scheduler_through_the_optimizer_not_by_name():
+    model, opt, sched = _job(3)
+    state = _state(model, opt)
+    assert state["optimizer 0"]["class"] == "Adam" and state["optimizer 0"]["with_state"] == 6
+    assert state["scheduler 0.0"]["class"] == "CosineAnnealingLR"
+    assert state["scheduler 0.0"]["values"]["last_epoch"] == 3
+    assert set(state["buffers Sequential"]["buffers"]) == {"1.running_mean", "1.running_var", "1.num_batches_tracked"}
+
+
+def test_objects_that_hold_the_optimizer_but_keep_no_state_of_their_own_are_never_asked_for_one():
+    model, opt, _ = _job(1)
+    asked = []
+
+    class Wrapper(nn.Module):  # a module's state_dict may gather across ranks: never called
+        def __init__(self) -> None:
+            super().__init__()
+            self.optimizer = opt
+
+        def state_dict(self, *args, **kwargs):
+            asked.append("module")
+            return {}
+
+    class Holder:  # no load_state_dict: not a state the job restores
+        def __init__(self) -> None:
+            self.optimizer = opt
+
+        def state_dict(self):
+            asked.append("holder")
+            return {}
+
+    kept = [Wrapper(), Holder()]
+    state = _state(model, opt)
+    assert asked == [] and len(kept) == 2
+    assert [k for k in state if k.startswith("scheduler")] == ["scheduler 0.0"]
+
+
+def test_a_resume_that_restored_everything_differs_in_nothing():
+    model, opt, sched = _job(4)
+    reference = _state(model, opt)
+    resumed_model, resumed_opt, resumed_sched = _job(0)
+    resumed_model.load_state_dict(model.state_dict())
+    resumed_opt.load_state_dict(opt.state_dict())
+    resumed_sched.load_state_dict(sched.state_dict())
+    assert restored_state.findings(_log(reference, 4), _log(_state(resumed_model, resumed_opt)), 4) == []
+
+
+def test_each_part_left_out_is_named_with_its_values():
+    model, opt, sched = _job(4)
+    reference = _state(model, opt)
+    resumed_model, resumed_opt, _ = _job(0)
+    resumed_model.load_state_dict({k: v for k, v in model.state_dict().items() if "running" not in k}, strict=False)
+    found = {f.kind: f for f in restored_state.findings(_log(reference, 4), _log(_state(resumed_model, resumed_opt)), 4)}
+    assert set(found) == {"optimizer-not-restored", "scheduler-not-restored", "buffers-not-restored"}
+    assert "holds state for none of its 6 parameters, where the uninterrupted run's holds it for 6" in \
+        found["optimizer-not-restored"].message
+    assert "at step 5 last_epoch 0, the uninterrupted run's 4" in found["scheduler-not-restored"].message
+    assert found["buffers-not-restored"].details["buffers"] == ["1.running_mean", "1.running_var"]
+    assert "None" not in " ".join(f.message for f in found.values())
+
+
+def test_a_state_that_differs_is_a_divergence_even_when_every_loss_matches():
+    model, opt, _ = _job(4)
+    reference = _state(model, opt)
+    resumed = copy.deepcopy(reference)
+    resumed["buffers Sequential"]["buffers"]["1.running_mean"] = "00000000"
+    traj = score.trajectory(_log(reference, 4), _log(resumed, 0), 4, 0.0)
+    assert not traj.reproduced and traj.first_divergent_step == 5
+    assert [f.kind for f in traj.findings] == ["buffers-not-restored"]
+    same = score.trajectory(_log(reference, 4), _log(copy.deepcopy(reference), 0), 4, 0.0)
+    assert same.reproduced and same.findings == []
+
+
+def test_buffers_are_not_compared_when_the_modules_trained_in_another_mode():
+    model, opt, _ = _job(4)
+    reference = _state(model, opt)
+    resumed = copy.deepcopy(reference)
+    resumed["buffers Sequential"]["buffers"]["1.running_mean"] = "00000000"
+    assert restored_state.findings(_log(reference, 4), _log(resumed), 4, modes_differ=True) == []
+
+
+def test_a_manifest_the_job_forged_in_its_events_file_is_read_without_failing():
+    model, opt, _ = _job(2)
+    reference = _state(model, opt)
+    for forged in ([1, 2], {"optimizer 0": "x"}, {"optimizer 0": {"groups": "x", "with_state": []}},
+                   {"buffers m": {"buffers": 3}}, {"scheduler 0.0": {"values": [1]}}, "state"):
+        log = _log(reference, 2)
+        found = restored_state.findings(log, _log(forged), 2)
+        assert all(f.kind.endswith("-not-restored") for f in found)
