@@ -36,7 +36,7 @@ NODE_SCENARIOS = ("node-power-loss", "node-loss")
 """Scenarios of multi-node jobs (``--nnodes``): judged by tests/test_nodes.py on nodes of their own, not here."""
 
 EXPLAINING = ("background-error-unobserved", "exit-with-save-in-flight", "resume-chose-incomplete",
-              "resume-chose-dcp-without-metadata", "rotation-before-complete",
+              "resume-chose-dcp-without-metadata", "resume-chose-older", "rotation-before-complete",
               "resume-exited", "acknowledged-checkpoint-lost", "move-became-copy", "torn-checkpoint", "in-place-save",
               "resumed-other-weights", "ranks-disagree", "steps-skipped", "steps-replayed", "optimizer-not-restored",
               "scheduler-not-restored", "buffers-not-restored", "scaler-not-restored", "eval-mode-in-training",
@@ -86,6 +86,10 @@ JOBS = {
     "scheduler_job": Job("tests/jobs/scheduler_job.py", "tests/jobs/scheduler_job.py", ()),
     "scheduler_saved": Job("tests/jobs/scheduler_job.py --save-scheduler", "tests/jobs/scheduler_job.py",
                            ("--save-scheduler",)),
+    "counter_job": Job("tests/jobs/counter_job.py", "tests/jobs/counter_job.py", ()),
+    "counter_robust": Job("tests/jobs/counter_job.py --robust", "tests/jobs/counter_job.py", ("--robust",)),
+    "epoch_skip_job": Job("tests/jobs/epoch_skip_job.py", "tests/jobs/epoch_skip_job.py", ()),
+    "epoch_skip_robust": Job("tests/jobs/epoch_skip_job.py --robust", "tests/jobs/epoch_skip_job.py", ("--robust",)),
     "state_job": Job("tests/jobs/state_job.py", "tests/jobs/state_job.py", ()),
     "state_optimizer": Job("tests/jobs/state_job.py --unsaved optimizer", "tests/jobs/state_job.py",
                            ("--unsaved", "optimizer")),
@@ -153,6 +157,16 @@ STATE_BUFFERS = ("the parameters saved without batch norm's running statistics: 
                  "batch statistics), but the resumed model's buffers are not the uninterrupted run's (state_job.truth.md)")
 STATE_TWO = ("neither the optimizer nor the scheduler saved: both named, the optimizer first (state_job.truth.md)")
 
+COUNTER = ("batches sliced from a tensor by a counter that starts at 0 in every process, the checkpoint without it: "
+           "the resume trains again on the batches of steps 1-8, named by what the model consumed, with no "
+           "DataLoader (counter_job.truth.md)")
+COUNTER_ROBUST = "the counter derived from the restored step: the resume reproduces"
+
+EPOCH_SKIP = ("a mid-epoch checkpoint with the epoch only, resumed at the next epoch, and torch's stream (the "
+              "shuffle order, dropout) never saved: the steps left in the saved epoch are skipped and the stream "
+              "starts again; both are named (epoch_skip_job.truth.md)")
+EPOCH_SKIP_ROBUST = "the position in the epoch, its order and torch's RNG state saved: the resume reproduces"
+
 SLOW_EXIT = ("the reference run exits 0 while the thread handed step 24's snapshot still waits for the store: "
              "the final checkpoint never begins, never lands (slow_daemon_job.truth.md)")
 
@@ -181,21 +195,21 @@ ROWS: List[Tuple[str, str, str, str, str]] = [
     ("train_job", "power-loss", "PASSED", "last-good", "fsync and directory fsync"),
     ("train_job", "eval-left-on", "FAILED", "last-good, eval-mode-in-training", "never calls model.train()"),
     ("train_job", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
-    ("lightning_job", "kill9-mid-save", "FAILED", "older, rng-not-restored",
+    ("lightning_job", "kill9-mid-save", "FAILED", "older, resume-chose-older + rng-not-restored",
      "save_last=True: killed in checkpoint 2's last.ckpt, fit(ckpt_path='last') resumes from step 4 although "
      "epoch=1-step=8.ckpt is complete; its loader's generator is not saved either"),
-    ("lightning_job", "enospc", "FAILED", "older, rng-not-restored",
+    ("lightning_job", "enospc", "FAILED", "older, resume-chose-older + rng-not-restored",
      "the failed last.ckpt save leaves the previous last.ckpt (step 4) while epoch=1-step=8.ckpt is complete"),
     ("lightning_job", "power-loss", "FAILED", "crashed, acknowledged-checkpoint-lost", LIGHTNING_FILE_OBJECT),
     ("lightning_job", "eval-left-on", "FAILED", "last-good, eval-mode-in-training",
      "Lightning keeps the mode a module is in (checked: it trained in eval mode); its loader's generator is not "
      "saved either"),
     ("lightning_job", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
-    ("lightning_async_job", "kill9-mid-save", "FAILED", "older",
+    ("lightning_async_job", "kill9-mid-save", "FAILED", "older, resume-chose-older",
      "AsyncCheckpointIO: the worker thread writes epoch=1-step=16.ckpt then last.ckpt while steps 17 on train; "
      "killed in last.ckpt's write, fit(ckpt_path='last') resumes step 8 although epoch=1-step=16.ckpt is complete "
      "(losses reproduce from there; lightning_async_job.truth.md)"),
-    ("lightning_async_job", "enospc", "FAILED", "older",
+    ("lightning_async_job", "enospc", "FAILED", "older, resume-chose-older",
      "the failed background last.ckpt save keeps step 8 while epoch=1-step=16.ckpt is complete; the error is "
      "raised at the next save, 8 steps later, and again at teardown: exit 1, observed late, not lost"),
     ("lightning_async_job", "power-loss", "FAILED", "crashed, acknowledged-checkpoint-lost",
@@ -356,6 +370,30 @@ ROWS: List[Tuple[str, str, str, str, str]] = [
     ("state_buffers", "power-loss", "FAILED", "last-good, buffers-not-restored", STATE_BUFFERS),
     ("state_two", "kill9-mid-save", "FAILED", "last-good, optimizer-not-restored", STATE_TWO),
     ("state_job", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
+    ("counter_job", "kill9-mid-save", "FAILED", "last-good, steps-replayed", COUNTER),
+    ("counter_job", "enospc", "FAILED", "last-good, steps-replayed", COUNTER),
+    ("counter_job", "power-loss", "FAILED", "last-good, steps-replayed", COUNTER),
+    ("counter_job", "eval-left-on", "FAILED", "last-good, steps-replayed", COUNTER + "; no dropout or batch norm: "
+     "eval mode computes the same"),
+    ("counter_job", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
+    ("counter_robust", "kill9-mid-save", "PASSED", "last-good", COUNTER_ROBUST),
+    ("counter_robust", "enospc", "PASSED", "last-good", COUNTER_ROBUST),
+    ("counter_robust", "power-loss", "PASSED", "last-good", COUNTER_ROBUST),
+    ("counter_robust", "eval-left-on", "PASSED", "last-good", COUNTER_ROBUST + "; no dropout or batch norm: eval "
+     "mode computes the same"),
+    ("counter_robust", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
+    ("epoch_skip_job", "kill9-mid-save", "FAILED", "last-good, rng-not-restored + step-count-differs", EPOCH_SKIP),
+    ("epoch_skip_job", "enospc", "FAILED", "last-good, rng-not-restored + step-count-differs", EPOCH_SKIP),
+    ("epoch_skip_job", "power-loss", "FAILED", "last-good, rng-not-restored + step-count-differs", EPOCH_SKIP),
+    ("epoch_skip_job", "eval-left-on", "FAILED", "last-good, eval-mode-in-training + step-count-differs", EPOCH_SKIP
+     + "; in eval mode dropout draws nothing, so the streams are not compared"),
+    ("epoch_skip_job", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
+    ("epoch_skip_robust", "kill9-mid-save", "PASSED", "last-good", EPOCH_SKIP_ROBUST),
+    ("epoch_skip_robust", "enospc", "PASSED", "last-good", EPOCH_SKIP_ROBUST),
+    ("epoch_skip_robust", "power-loss", "PASSED", "last-good", EPOCH_SKIP_ROBUST),
+    ("epoch_skip_robust", "eval-left-on", "FAILED", "last-good, eval-mode-in-training", "the job never calls "
+     "model.train(): dropout stays off after the resume"),
+    ("epoch_skip_robust", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
     ("state_optimizer", "eval-left-on", "FAILED", "last-good, optimizer-not-restored", STATE_OPTIMIZER + "; in eval "
      "mode too (the job never calls model.train())"),
     ("state_optimizer", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
@@ -491,8 +529,9 @@ FRAMEWORK_ROWS: List[Tuple[str, str, str, str, str]] = [
 dcp.async_save), each on its default checkpointing and on one robust configuration."""
 
 
-def cause(trial: Dict) -> str:
-    """What decided the verdict: the outcome, and for a failure the first finding that explains it."""
+def cause(trial: Dict, every: bool = False) -> str:
+    """What decided the verdict: the outcome, and for a failure the first finding that explains it (``every``:
+    each that does, joined by `` + ``, for the rows whose job has two defects at once)."""
     if trial["status"] == "inconclusive":
         return f"inconclusive: {trial.get('reason')}"
     if trial.get("sweep") is not None:
@@ -501,8 +540,8 @@ def cause(trial: Dict) -> str:
     if trial["status"] == "passed":
         return outcome
     kinds = [f["kind"] for f in trial["findings"]]
-    why = next((k for k in EXPLAINING if k in kinds), None)
-    return f"{outcome}, {why}" if why else outcome
+    why = [k for k in EXPLAINING if k in kinds][:None if every else 1]
+    return f"{outcome}, {' + '.join(why)}" if why else outcome
 
 
 def sweep_cause(trial: Dict) -> str:
@@ -521,8 +560,9 @@ def scenario_args(scenario: str) -> List[str]:
     return ["-s", name, *(arg for param in params for arg in ("-p", param))]
 
 
-def run_row(job: Job, scenario: str, scratch: Path, sweep: bool = False) -> Tuple[str, str, str]:
-    """Run one trial (``sweep``: with ``--sweep``); (verdict, cause, headline)."""
+def run_row(job: Job, scenario: str, scratch: Path, sweep: bool = False, every: bool = False) -> Tuple[str, str, str]:
+    """Run one trial (``sweep``: with ``--sweep``); (verdict, cause, headline), the cause with every explaining
+    finding when ``every``."""
     folder = scratch / "project"
     shutil.rmtree(scratch, ignore_errors=True)
     folder.mkdir(parents=True)
@@ -540,7 +580,7 @@ def run_row(job: Job, scenario: str, scratch: Path, sweep: bool = False) -> Tupl
     except (ValueError, KeyError, IndexError):
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         return "REFUSED" if proc.returncode == 2 else "ERROR", f"exit {proc.returncode}", tail
-    return trial["status"].upper(), cause(trial), trial["headline"]
+    return trial["status"].upper(), cause(trial, every), trial["headline"]
 
 
 def markdown(results: List[Dict]) -> List[str]:
@@ -575,7 +615,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         for index, (key, scenario, expected, expected_cause, why, sweep) in enumerate(rows):
             job = jobs[key]
             started = time.monotonic()
-            got, got_cause, headline = run_row(job, scenario, Path(tmp) / str(index), sweep)
+            got, got_cause, headline = run_row(job, scenario, Path(tmp) / str(index), sweep, " + " in expected_cause)
             right = got == expected and got_cause == expected_cause
             scenario = shown(scenario, sweep)
             results.append({"job": job.name, "scenario": scenario, "expected": expected,

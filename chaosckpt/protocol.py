@@ -27,7 +27,9 @@ and ``pid``. The event types and their own fields:
                 fingerprints when the step's first DataLoader batch was fetched, before
                 its forward; after a save, the first batch after it), ``batch`` (CRC-32 of the dataset indices
                 of the latest batch a map-style DataLoader drew before the step, when one did: the batch
-                it trains on, or with loader workers one fetched ahead), ``aliases`` (first step: private stream name -> the other
+                it trains on, or with loader workers one fetched ahead), ``input`` (what the model
+                consumed: ``CRC.SHAPE`` of a strided sample of the first tensor given to the outermost
+                module with parameters in its latest call before the step, ``agent/consumed.py``), ``aliases`` (first step: private stream name -> the other
                 places the same generator is held), and, on the first step of
                 the process and the first step after a load, ``digest`` (exact,
                 order-sensitive digest of all parameters); on the first step after a load whose
@@ -323,6 +325,7 @@ FindingKind = Literal[
     "background-error-unobserved",
     "baseline-nondeterministic",
     "buffers-not-restored",
+    "checkpoint-lacks-state",
     "checkpoint-view-bloat",
     "crash-at-exit",
     "epoch-order-differs",
@@ -341,6 +344,7 @@ FindingKind = Literal[
     "ranks-disagree",
     "resume-chose-dcp-without-metadata",
     "resume-chose-incomplete",
+    "resume-chose-older",
     "resume-exited",
     "resume-hung",
     "resume-not-resuming",

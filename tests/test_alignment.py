@@ -171,3 +171,40 @@ def test_the_note_counts_the_steps_before_the_load():
     assert "took 1 optimizer step before" in restore_point.before_load(1).message
     assert "took 3 optimizer steps before" in restore_point.before_load(3).message
     assert restore_point.before_load(3).details == {"steps": 3}
+
+
+def test_without_a_dataloader_the_steps_are_lined_up_by_what_the_model_consumed():
+    """A loop that slices a tensor with a counter (counter_job.py) has no dataset indices, only the fingerprint of
+    its model's input: a resume whose counter restarted is named as replaying the checkpoint's steps."""
+    ref = ProcessLog(pid=1, steps=[{**step(g + 1, float(g + 1)), "input": f"rows{g}"} for g in range(32)])
+    again = ProcessLog(pid=2, steps=[{**step(i + 1, 100.0 + i), "input": f"rows{i}"} for i in range(24)])
+    found = alignment.finding(ref, again, 8)
+    assert found is not None and found.kind == "steps-replayed"
+    assert (found.details["first_step"], found.details["last_step"]) == (1, 8)
+    right = ProcessLog(pid=2, steps=[{**step(i + 1, 100.0 + i), "input": f"rows{i + 8}"} for i in range(24)])
+    assert alignment.finding(ref, right, 8) is None
+
+
+def test_the_input_fingerprint_is_of_the_outermost_module_with_parameters_and_its_latest_call():
+    import torch
+
+    from chaosckpt.agent.consumed import Consumed
+
+    consumed = Consumed()
+    consumed.install()
+    try:
+        scale = torch.nn.Identity()  # no parameters: not the model
+        model = torch.nn.Sequential(torch.nn.Linear(4, 2))
+        assert consumed.take() is None
+        first, second = torch.arange(8.0).reshape(2, 4), torch.ones(3, 4)
+        model(scale(first))
+        model(second)
+        taken = consumed.take()
+        assert taken is not None and taken.endswith(".3x4") and consumed.take() is None
+        model(second)
+        assert consumed.take() == taken
+        model(first)
+        assert consumed.take() not in (None, taken)
+    finally:
+        if consumed._finder is not None:
+            consumed._finder.remove()

@@ -1,6 +1,7 @@
-"""The restored-state diff end to end (tests/jobs/state_job.py, state_job.truth.md): each part of the training
-state a checkpoint leaves out is named, two at once are both named, and the control that restores everything
-passes with nothing to say."""
+"""Why a resume diverged, end to end: each part of the training state a checkpoint leaves out is named
+(tests/jobs/state_job.py, state_job.truth.md), two at once are both named, the control that restores everything
+passes with nothing to say, and steps replayed without a DataLoader are named from what the model consumed
+(counter_job.py)."""
 
 from __future__ import annotations
 
@@ -18,9 +19,11 @@ JOB = Path(__file__).parent / "jobs" / "state_job.py"
 def test_a_resume_that_restores_neither_optimizer_nor_scheduler_is_told_both(tmp_path):
     rc, t = judged(tmp_path, JOB, "-s", "kill9-mid-save", "--", "--unsaved", "optimizer", "--unsaved", "scheduler")
     assert rc == 1 and t["outcome"] == "last-good" and t["recovered_step"] == 8
-    kinds = [f["kind"] for f in t["findings"]]
-    assert kinds[:2] == ["optimizer-not-restored", "scheduler-not-restored"], kinds
-    optimizer, scheduler = t["findings"][:2]
+    named = [f for f in t["findings"] if f["kind"].endswith("-not-restored")]
+    assert [f["kind"] for f in named] == ["optimizer-not-restored", "scheduler-not-restored"]
+    optimizer, scheduler = named
+    (lacks,) = [f for f in t["findings"] if f["kind"] == "checkpoint-lacks-state"]
+    assert lacks["parts"] == ["opt (Adam)", "sched (CosineAnnealingLR)"] and lacks["severity"] == "error"
     assert optimizer["part"] == "opt (Adam)" and (optimizer["with_state"], optimizer["reference_with_state"]) == (0, 6)
     assert ["last_epoch", 0, 8] in scheduler["changed"] and scheduler["part"] == "sched (CosineAnnealingLR)"
     assert "the optimizer opt (Adam) was not restored" in t["headline"]
@@ -38,3 +41,12 @@ def test_the_control_that_restores_everything_passes_with_nothing_to_say(tmp_pat
     rc, t = judged(tmp_path, JOB, "-s", "kill9-mid-save")
     assert rc == 0 and t["status"] == "passed" and t["reproduced"] is True
     assert [f for f in t["findings"] if f["severity"] in ("error", "warning")] == []
+    assert not any(f["kind"] == "checkpoint-lacks-state" for f in t["findings"])
+
+
+def test_batches_a_counter_slices_from_a_tensor_are_lined_up_by_what_the_model_consumed(tmp_path):
+    rc, t = judged(tmp_path, Path(__file__).parent / "jobs" / "counter_job.py", "-s", "kill9-mid-save")
+    assert rc == 1 and t["outcome"] == "last-good" and t["recovered_step"] == 8
+    (replayed,) = [f for f in t["findings"] if f["kind"] == "steps-replayed"]
+    assert (replayed["first_step"], replayed["last_step"], replayed["batch_of_step"]) == (1, 8, 1)
+    assert "trained again on the batches of steps 1-8" in t["headline"]

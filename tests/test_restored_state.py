@@ -1,5 +1,6 @@
-"""The restored-state diff: the agent's manifest of the training state and the conductor's naming of each part a
-resume did not restore (the shapes of tests/jobs/state_job.py, built in process)."""
+"""Why a resume diverged, from what the processes held: the agent's manifest of the training state, the
+conductor's naming of each part a resume did not restore (the shapes of tests/jobs/state_job.py, built in
+process), what a checkpoint lacks of that state, and the older file a resume chose."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ import copy
 import torch
 from torch import nn
 
-from chaosckpt.agent import manifest
-from chaosckpt.conductor.runs.runlog import ProcessLog
-from chaosckpt.conductor.trial import restored_state, score
+from chaosckpt.agent import held, manifest
+from chaosckpt.conductor.results.result import Finding
+from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog, Save
+from chaosckpt.conductor.trial import older_choice, restored_state, score, verdict
+from chaosckpt.conductor.trial.faulted import Faulted
 
 
 def _job(steps: int):
@@ -126,3 +129,58 @@ def test_a_manifest_the_job_forged_in_its_events_file_is_read_without_failing():
         log = _log(reference, 2)
         found = restored_state.findings(log, _log(forged), 2)
         assert all(f.kind.endswith("-not-restored") for f in found)
+
+
+def _held(*objs, model, opt) -> list:
+    found = held.Held(held.wanted([opt], [model], []))
+    for obj in objs:
+        found.add(obj)
+    return [w.what for w in found.lacking()]
+
+
+def test_a_checkpoint_that_holds_the_whole_state_lacks_nothing_whatever_its_keys_are_called():
+    model, opt, sched = _job(3)
+    assert _held({"m": model.state_dict(), "o": opt.state_dict(), "s": sched.state_dict()}, model=model, opt=opt) == []
+    flat = {f"optim.{i}.{k}": v for i, s in opt.state_dict()["state"].items() for k, v in s.items()}
+    assert _held(model.state_dict(), [flat, {"schedule": dict(sched.state_dict())}], model=model, opt=opt) == []
+
+
+def test_a_checkpoint_names_each_part_it_does_not_hold():
+    model, opt, sched = _job(3)
+    assert _held({"model": dict(model.named_parameters())}, model=model, opt=opt) == [
+        "the optimizer Adam", "the LR scheduler CosineAnnealingLR", "the buffers of Sequential"]
+    ema = copy.deepcopy(model).half()  # a module pickled whole holds its buffers, in its own dtype
+    assert "the buffers of Sequential" in _held({"ema": ema}, model=model, opt=opt)
+    assert "the buffers of Sequential" not in _held({"model": copy.deepcopy(model)}, model=model, opt=opt)
+
+
+def test_a_part_the_checkpoint_lacks_is_an_error_where_the_resume_paid_for_it_and_a_note_where_it_did_not():
+    lacks = Finding("checkpoint-lacks-state", "the checkpoint does not hold the optimizer opt (Adam)",
+                    {"parts": ["opt (Adam)"]})
+    paid = Finding("optimizer-not-restored", "the optimizer opt (Adam) was not restored", {"part": "opt (Adam)"})
+    assert [f.severity for f in verdict.settle([lacks, paid], (), reproduced=False)] == ["error", "warning"]
+    assert verdict.settle([lacks], (), reproduced=False)[0].severity == "warning"
+    (note,) = verdict.settle([lacks], (), reproduced=True)
+    assert note.severity == "note" and "yet the resumed run reproduced" in note.message and "opt (Adam)" in note.message
+
+
+def _save(index: int, step: int, *files: str) -> Save:
+    return Save(index=index, step=step, path=files[0], digest=f"d{step}", ts=float(step), ok=True,
+                files=[{"path": f} for f in files])
+
+
+def test_an_older_resume_names_the_file_it_loaded_and_the_newer_complete_one_it_passed_over(tmp_path):
+    work = tmp_path / "sandbox"
+    last, epoch = str(work / "ckpt" / "last.ckpt"), str(work / "ckpt" / "epoch=1-step=8.ckpt")
+    run = Faulted(result=None, log=RunLog([]), proc=ProcessLog(pid=1), step=10, fault=None,
+                  completed=[_save(1, 4, str(work / "ckpt" / "epoch=0-step=4.ckpt"), last), _save(2, 8, epoch)])
+    resume = RunLog([ProcessLog(pid=2, loads=[{"path": last, "ok": True, "ts": 1.0}],
+                                steps=[{"step": 1, "ts": 2.0, "loss": [1.0]}])])
+    (found,) = older_choice.passed_over(run, resume, 4, work)
+    assert found.kind == "resume-chose-older"
+    assert (found.details["loaded"], found.details["newest"]) == ("ckpt/last.ckpt", ["ckpt/epoch=1-step=8.ckpt"])
+    assert "loaded ckpt/last.ckpt, the checkpoint of step 4, while the checkpoint of step 8" in found.message
+    assert older_choice.passed_over(run, resume, 8, work) == []  # not older: nothing passed over
+    took_newest = RunLog([ProcessLog(pid=2, loads=[{"path": epoch, "ok": True, "ts": 1.0}],
+                                     steps=[{"step": 1, "ts": 2.0, "loss": [1.0]}])])
+    assert older_choice.passed_over(run, took_newest, 4, work) == []  # its own file held an older state

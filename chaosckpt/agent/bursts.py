@@ -36,6 +36,7 @@ class Checkpoint:
         self.folders: set = set()  # where its files went: JSON state written beside them is part of it
         self.tallies: List[Any] = []  # files the job opened into it (``writers.FileTally``)
         self.payloads: List[Payload] = []  # its save calls into memory, whose bytes a file write may carry
+        self.held: Any = None  # what its saved objects hold of the training state (``held.Held``)
 
 
 AWAITING_LIMIT = 4

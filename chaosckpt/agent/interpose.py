@@ -87,6 +87,7 @@ def install(rec: Recorder) -> None:
     register_optimizer_step_post_hook(lambda opt, args, kwargs: rec.on_step_end(opt))
     patches.install("torch", Hooks(rec))
     sampler.install(rec)
+    rec.consumed.install()
 
 
 def optimizer_init(hooks: Hooks, original: Callable) -> Callable:
@@ -183,10 +184,21 @@ def torch_load(hooks: Hooks, original: Callable) -> Callable:
     def load(f, *args, **kwargs):
         if not rec.enabled:
             return original(f, *args, **kwargs)
-        path = os.fspath(f) if _is_path(f) else None
+        path = os.fspath(f) if _is_path(f) else _file_name(f)
         return _recorded_load(rec, path, lambda: original(f, *args, **kwargs), keep=True)
 
     return load
+
+
+def _file_name(f: Any) -> Optional[str]:
+    """The path a file object reads (an open file's ``name``, fsspec's ``path``, or its inner file's), so a load
+    through one (Lightning's) still names its file; None for an in-memory buffer or a descriptor."""
+    for holder in (f, getattr(f, "f", None)):
+        for attr in ("path", "name"):
+            value = getattr(holder, attr, None)
+            if isinstance(value, str) and os.path.isfile(value):
+                return value
+    return None
 
 
 def restore(hooks: Hooks, original: Callable, what: str) -> Callable:

@@ -29,7 +29,7 @@ MAX_VALUES = 16
 """Values of a list kept for display (a scheduler's ``_last_lr`` per group); a longer list is kept as a digest."""
 
 
-def _shown(value: Any) -> Any:
+def plain(value: Any) -> Any:
     """A plain value to show and compare (numbers, strings, short lists of them); ``None`` when it is not one."""
     if isinstance(value, torch.Tensor) and value.numel() == 1:
         value = value.item()
@@ -39,7 +39,7 @@ def _shown(value: Any) -> Any:
         return value if math.isfinite(value) else repr(value)
     if isinstance(value, (list, tuple)) and all(isinstance(v, (int, float, bool)) for v in value):
         if len(value) <= MAX_VALUES:
-            return [_shown(v) for v in value]
+            return [plain(v) for v in value]
         return f"{zlib.crc32(repr(list(value)).encode()):08x}"
     return None
 
@@ -64,7 +64,7 @@ def _plain(values: Dict[str, Any], skip: Iterable[str] = ()) -> Dict[str, Any]:
     """The entries of ``values`` worth showing, each as a plain value."""
     out = {}
     for key, value in values.items():
-        shown = _shown(value)
+        shown = plain(value)
         if key not in skip and (shown is not None or value is None):
             out[str(key)] = shown
     return out

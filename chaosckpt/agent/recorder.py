@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Dict, Iterator, List, Optional
 import torch
 
 from chaosckpt import protocol
-from chaosckpt.agent import faults, fingerprint, manifest
+from chaosckpt.agent import faults, fingerprint, held, manifest
 from chaosckpt.agent.bursts import MEMORY, Bursts, Checkpoint
 from chaosckpt.agent.channel import EventWriter
+from chaosckpt.agent.consumed import Consumed
 from chaosckpt.agent.faults import ArmedFault
 from chaosckpt.agent.horizon import Horizon
 from chaosckpt.agent.modes import Modes
@@ -57,6 +58,7 @@ class Recorder(Bursts):
         self._need_digest = True
         self._state_due = True  # the next step records the manifest (``manifest``): the first, and after a save or load
         self.scalers = manifest.Scalers()
+        self.consumed = Consumed()
         self._sample_next = False  # a checkpoint's tensor sets were loaded: the next step samples each parameter
         self._stepper: Optional[int] = None  # the thread that steps the primary optimizer: the training loop's
         self.hidden_steps = 0  # inside get_state_dict's optimizer state initialisation: its step is no training step
@@ -309,6 +311,9 @@ class Recorder(Bursts):
             fields["rng_fetch"], self._fetch_rng = self._fetch_rng, None
         if self._batch is not None:
             fields["batch"], self._batch = self._batch, None
+        consumed = self.consumed.take()
+        if consumed is not None:
+            fields["input"] = consumed
         in_eval = self.modes.in_eval()
         if in_eval:
             fields["eval"] = in_eval
@@ -440,6 +445,11 @@ class Recorder(Bursts):
         scan = checkpoint_content.scan(obj)
         ckpt.scans.append(scan)
         ckpt.whole = checkpoint_content.whole(scan)
+        if ckpt.background is not None:
+            return  # written while the training moves on: the live state is no longer the one it saves
+        if ckpt.held is None:
+            ckpt.held = held.Held(held.wanted(self.optimizers(), self.modes.live_roots(), self.scalers.live()))
+        ckpt.held.add(obj)
 
     def _judge(self, ckpt: "Checkpoint") -> List[object]:
         """Findings about the whole checkpoint against the streams the loop draws from (view bloat, RNG states)."""
@@ -448,7 +458,9 @@ class Recorder(Bursts):
         if not ckpt.scans:
             return []
         scans = ckpt.scans + [checkpoint_content.scan(state) for state in _json_states(ckpt.folders, ckpt.began)]
-        return checkpoint_content.findings(checkpoint_content.merge(scans), streams=sorted(self._drawn))
+        found = checkpoint_content.findings(checkpoint_content.merge(scans), streams=sorted(self._drawn))
+        lacking = ckpt.held.lacking() if ckpt.held is not None else []
+        return [*found, held.finding(lacking)] if lacking else found
 
     @contextlib.contextmanager
     def recording_save(self, path: Optional[str], via: str, obj: object) -> Iterator["_Save"]:

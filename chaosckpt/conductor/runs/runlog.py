@@ -53,7 +53,7 @@ class Save:
         them (a temporary file in ``$TMPDIR`` written from a file object), in order; a move inside a folder it
         saved (DCP's ``.metadata``) is part of that folder. A file that carried a checkpoint serialized into
         memory stands where the save moved it (fsspec's temporary file, moved onto ``last.ckpt``)."""
-        out = [p for p in [self.path, *(self._landed(f) for f in self.files)] if p is not None]
+        out = list(dict.fromkeys(p for p in [self.path, *(self._landed(f) for f in self.files)] if p is not None))
         known = set(out)
         for move in self.moves:
             dst = move["dst"]

@@ -1,7 +1,8 @@
 """Lining a resumed run's steps up with the uninterrupted run's by the batches they trained on, not by step counters.
 
 Each step event carries ``batch``, the CRC of the dataset indices of the batch the step trained on (the agent's
-DataLoader patch). A resume that starts from the checkpoint of step S should train its first step on the batch the
+DataLoader patch), or else ``input``, the fingerprint of what the model consumed (``agent/consumed.py``: a loop
+that slices a tensor with a counter, an iterable dataset). A resume that starts from the checkpoint of step S should train its first step on the batch the
 uninterrupted run trained on at step S+1. When it trains on the batch of a later step instead, it skipped the steps
 between (a mid-epoch checkpoint that recorded only the epoch, resumed at the next epoch); on an earlier one, it
 replays steps the checkpoint already holds (the epoch restarted from its first batch). Both are named with the steps
@@ -44,21 +45,26 @@ class Shift:
         return (self.start + 1, self.aligned) if self.skipped else (self.aligned + 1, self.start)
 
 
+def batch(step: Event) -> Optional[str]:
+    """What a step trained on: its DataLoader batch's indices, else the fingerprint of what the model consumed."""
+    named = step.get("batch")
+    return named if named is not None else step.get("input")
+
+
 def _agree(reference: List[Event], resumed: List[Event], at: int) -> bool:
     """Whether the resumed steps trained on the reference's batches from its step ``at`` + 1 on."""
     count = min(len(resumed), len(reference) - at, WINDOW)
     return count > 0 and all(
-        resumed[i].get("batch") is not None and resumed[i].get("batch") == reference[at + i].get("batch")
-        for i in range(count))
+        batch(resumed[i]) is not None and batch(resumed[i]) == batch(reference[at + i]) for i in range(count))
 
 
 def shift(reference: List[Event], resumed: List[Event], start: int) -> Optional[Shift]:
     """The resumed steps' shift against the reference's after ``start`` steps, or None when the first resumed step
     trained on the expected batch, or no single other position explains its batches. Among several positions, the
     one after which the reference took as many steps as the resume did, else the nearest to ``start``."""
-    if not resumed or resumed[0].get("batch") is None or start >= len(reference):
+    if not resumed or batch(resumed[0]) is None or start >= len(reference):
         return None
-    if resumed[0].get("batch") == reference[start].get("batch"):
+    if batch(resumed[0]) == batch(reference[start]):
         return None
     candidates = [at for at in range(len(reference)) if at != start and _agree(reference, resumed, at)]
     by_count = [at for at in candidates if len(reference) - at == len(resumed)]

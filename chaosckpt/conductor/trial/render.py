@@ -102,8 +102,9 @@ def _story(trial: Trial, lead: Optional[Finding]) -> str:
     if outcome == "scratch":
         return f"the resumed job restarted from scratch; {last_good} ({trial.lost_steps} steps of work lost)"
     if outcome == "older":
+        chose = next((f.message for f in trial.findings if f.kind == "resume-chose-older" and not f.ignored), None)
         return (f"resumed from step {trial.recovered_step}, older than the last good checkpoint "
-                f"(step {lg}): {trial.lost_steps} steps of work lost")
+                f"(step {lg}): {trial.lost_steps} steps of work lost" + (f"; {chose}" if chose else ""))
     if outcome == "unknown-state":
         taken = next((f.message for f in trial.findings if f.kind == "resumed-other-weights" and not f.ignored), None)
         return ("the resumed job started from a state no run recorded "

@@ -166,15 +166,13 @@ def trajectory(reference: ProcessLog, resume: ProcessLog, start: int, tolerance:
     # a run its horizon stopped has no steps past it, which is no difference
     short = taken < expected and resume.stopped is None
     long = taken > expected and reference.stopped is None
-    if divergent is None and (short or long):
+    counted = Finding(
+        "step-count-differs",
+        f"the resumed run took {len(resume.steps)} steps after step {start}; the uninterrupted run took {expected}",
+        {"resumed_steps": len(resume.steps), "reference_steps": expected},
+    ) if short or long else None
+    if divergent is None and counted is not None:
         divergent = start + min(len(resume.steps), expected) + 1
-        findings.append(
-            Finding(
-                "step-count-differs",
-                f"the resumed run took {len(resume.steps)} steps after step {start}; the uninterrupted run took {expected}",
-                {"resumed_steps": len(resume.steps), "reference_steps": expected},
-            )
-        )
     # a part of the training state the resume did not restore is a divergence at its first step, losses or not
     unrestored = restored_state.findings(reference, resume, start, modes_differ=bool(modes))
     if divergent is None and unrestored and compared:
@@ -186,6 +184,10 @@ def trajectory(reference: ProcessLog, resume: ProcessLog, start: int, tolerance:
         # random streams compared where the uninterrupted run trained the batch the resume's first step trained on
         at = start if shifted is None else shifted.details["batch_of_step"] - 1
         findings.extend(rng_findings(reference, resume, at, modes_differ=bool(modes)))
+    # a count that differs is named beside whatever else diverged (no cause hides another), unless the steps
+    # skipped or replayed already say so, or the resume ended on an error
+    if counted is not None and shifted is None and resume.uncaught is None:
+        findings.append(counted)
     return Trajectory(
         reproduced=divergent is None,
         compared=compared,

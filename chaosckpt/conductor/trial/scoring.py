@@ -10,7 +10,7 @@ from chaosckpt.conductor.disk import copies
 from chaosckpt.conductor.results.result import Finding
 from chaosckpt.conductor.runs import exits
 from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog
-from chaosckpt.conductor.trial import provenance, ranks, restore_point, score
+from chaosckpt.conductor.trial import older_choice, provenance, ranks, restore_point, score
 from chaosckpt.conductor.trial.aftermath import lost_checkpoint
 from chaosckpt.conductor.trial.arm import Armed
 from chaosckpt.conductor.trial.context import Context, rel, rel_text
@@ -84,7 +84,9 @@ def recovered(ctx: Context, ref: ProcessLog, armed: Armed, run: Faulted, resumed
                         lost_steps=lost)
     taken = provenance.weights_taken(resumed.log.trainer(), armed.shown) \
         if rec.outcome == "unknown-state" else []
-    return measured.found(*_damage(ctx, armed, run, resumed, measured), *taken)
+    older = older_choice.passed_over(run, resumed.log, rec.recovered_step, armed.work) \
+        if rec.outcome == "older" and rec.recovered_step is not None else []
+    return measured.found(*older, *_damage(ctx, armed, run, resumed, measured), *taken)
 
 
 def _damage(ctx: Context, armed: Armed, run: Faulted, resumed: Resumed, measured: Measured) -> List[Finding]:

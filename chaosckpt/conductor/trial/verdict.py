@@ -9,9 +9,12 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 from chaosckpt.conductor.results.result import Finding, Reason, Status, Trial
 from chaosckpt.protocol import FindingKind
 
+UNRESTORED: Tuple[FindingKind, ...] = ("optimizer-not-restored", "scheduler-not-restored", "buffers-not-restored",
+                                       "scaler-not-restored")
+"""Finding kinds of the restored-state diff, each naming the ``part`` the resume did not restore."""
+
 DIVERGENCE_CAUSES: Tuple[FindingKind, ...] = (
-    "steps-skipped", "steps-replayed", "optimizer-not-restored", "scheduler-not-restored", "buffers-not-restored",
-    "scaler-not-restored", "eval-mode-in-training", "rng-not-restored", "rng-captured-early",
+    "steps-skipped", "steps-replayed", *UNRESTORED, "eval-mode-in-training", "rng-not-restored", "rng-captured-early",
     "rng-drawn-after-restore", "step-count-differs", "epoch-order-replayed", "epoch-order-differs", "sampler-overlap",
     "sampler-missing")
 """Finding kinds that explain a divergence, in the order the headline prefers them."""
@@ -46,18 +49,30 @@ def _no_loader_state(finding: Finding) -> str:
             "the job puts its data order back itself; save the loader's state if it ever stops doing so")
 
 
+def _lacks_state(finding: Finding) -> str:
+    parts = finding.details.get("parts") or []
+    listed = ", ".join(str(p) for p in parts) or "part of the training state"
+    return (f"the checkpoint does not hold {listed}, yet the resumed run reproduced the uninterrupted one: the job "
+            "makes it anew the same way (or it never changes); save its state_dict() if that ever stops being so")
+
+
 DISPROVED: Dict[FindingKind, Callable[[Finding], str]] = {
     "rng-states-missing": _rng_states_missing,
     "no-loader-state": _no_loader_state,
+    "checkpoint-lacks-state": _lacks_state,
 }
 """Kinds whose wording predicts a divergence, with their wording once the resume reproduced the trajectory."""
 
 
 def settle(findings: Sequence[Finding], ignore: Sequence[str], reproduced: Optional[bool]) -> List[Finding]:
     """The findings as the result reports them: the kinds the user silenced marked ignored; with a reproduced
-    trajectory, those predicting a divergence reworded as notes, so nothing claims what the trial disproved."""
+    trajectory, those predicting a divergence reworded as notes, so nothing claims what the trial disproved; a part
+    of the state the checkpoint lacks an error where the resume was shown not to restore it."""
     out = []
+    unrestored = {f.details.get("part") for f in findings if f.kind in UNRESTORED}
     for finding in findings:
+        if finding.kind == "checkpoint-lacks-state" and unrestored & set(finding.details.get("parts") or ()):
+            finding = dataclasses.replace(finding, severity="error")  # the trial showed what it cost
         if reproduced and finding.kind in DISPROVED:
             finding = dataclasses.replace(finding, message=DISPROVED[finding.kind](finding), severity="note")
         if finding.kind in ignore:
