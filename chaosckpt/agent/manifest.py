@@ -33,7 +33,7 @@ def plain(value: Any) -> Any:
     """A plain value to show and compare (numbers, strings, short lists of them); ``None`` when it is not one."""
     if isinstance(value, torch.Tensor) and value.numel() == 1:
         value = value.item()
-    if isinstance(value, bool) or isinstance(value, (int, str)) or value is None:
+    if isinstance(value, (bool, int, str)) or value is None:
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else repr(value)
@@ -45,10 +45,7 @@ def plain(value: Any) -> Any:
 
 
 def _crc(value: Any, crc: int = 0) -> int:
-    """CRC-32 of a state value (tensors by their bytes, containers in order, other values by ``repr``)."""
-    if isinstance(value, torch.Tensor):
-        crc = zlib.crc32(f"{tuple(value.shape)}{value.dtype}".encode(), crc)
-        return fingerprint.crc_of_tensor(value, crc)
+    """CRC-32 of a plain state value (containers in order, other values by ``repr``)."""
     if isinstance(value, dict):
         for key in sorted(value, key=str):
             crc = _crc(value[key], zlib.crc32(str(key).encode(), crc))
@@ -58,6 +55,13 @@ def _crc(value: Any, crc: int = 0) -> int:
             crc = _crc(item, crc)
         return crc
     return zlib.crc32(repr(value).encode(), crc)
+
+
+def _samples(tensors: List[torch.Tensor]) -> List[str]:
+    """Per tensor, its shape, dtype and the CRC of a strided sample of its values: taken in one copy to the host,
+    so that a large optimizer state is never copied whole."""
+    crcs = fingerprint.value_samples(tensors)
+    return [f"{c}.{tuple(t.shape)}.{t.dtype}" for c, t in zip(crcs, tensors)]
 
 
 def _plain(values: Dict[str, Any], skip: Iterable[str] = ()) -> Dict[str, Any]:
@@ -73,16 +77,21 @@ def _plain(values: Dict[str, Any], skip: Iterable[str] = ()) -> Dict[str, Any]:
 def optimizer_part(opt: torch.optim.Optimizer) -> Dict[str, Any]:
     """An optimizer's per-parameter state (how many parameters hold some, and its digest) and each group's
     hyperparameters."""
-    crc, held, count = 0, 0, 0
+    crc, held, count, tensors = 0, 0, 0, []
     for group in opt.param_groups:
         for p in group["params"]:
             count += 1
-            state = opt.state.get(p)
-            if state:
-                held += 1
-                crc = _crc(state, crc)
-            else:
-                crc = zlib.crc32(b"-", crc)
+            state = opt.state.get(p) or {}
+            held += bool(state)
+            crc = zlib.crc32(b"+" if state else b"-", crc)
+            for key in sorted(state, key=str):
+                value = state[key]
+                crc = zlib.crc32(str(key).encode(), crc)
+                if isinstance(value, torch.Tensor):
+                    tensors.append(value)
+                else:
+                    crc = _crc(value, crc)
+    crc = zlib.crc32("".join(_samples(tensors)).encode(), crc)
     groups = [_plain(group, skip=("params",)) for group in opt.param_groups]
     return {"class": type(opt).__name__, "params": count, "with_state": held, "digest": f"{crc:08x}",
             "groups": groups}
@@ -100,9 +109,10 @@ def holder_part(holder: Any) -> Optional[Dict[str, Any]]:
     return {"class": type(holder).__name__, "values": _plain(state), "digest": f"{_crc(_plain(state)):08x}"}
 
 
-def buffers_part(label: str, root: torch.nn.Module) -> Dict[str, Any]:
+def buffers_part(root: torch.nn.Module) -> Dict[str, Any]:
     """The buffers of a model tree, each by its digest (or one digest past ``MAX_BUFFERS``)."""
-    buffers = {name: f"{_crc(b.detach()):08x}" for name, b in root.named_buffers()}
+    named = list(root.named_buffers())
+    buffers = dict(zip((name for name, _ in named), _samples([b for _, b in named])))
     if len(buffers) > MAX_BUFFERS:
         return {"class": type(root).__name__, "count": len(buffers), "digest": f"{_crc(buffers):08x}"}
     return {"class": type(root).__name__, "buffers": buffers}
@@ -145,7 +155,7 @@ def take(optimizers: List[torch.optim.Optimizer], roots: List[torch.nn.Module],
             if part is not None:
                 parts[f"scheduler {index}.{k}"] = {**part, "label": script_name(holder)}
     for root in roots:
-        part = buffers_part(script_name(root), root)
+        part = buffers_part(root)
         if part.get("buffers") or part.get("count"):
             parts[f"buffers {script_name(root)}"] = {**part, "label": script_name(root)}
     for index, scaler in enumerate(scalers):
