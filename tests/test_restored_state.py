@@ -184,3 +184,26 @@ def test_an_older_resume_names_the_file_it_loaded_and_the_newer_complete_one_it_
     took_newest = RunLog([ProcessLog(pid=2, loads=[{"path": epoch, "ok": True, "ts": 1.0}],
                                      steps=[{"step": 1, "ts": 2.0, "loss": [1.0]}])])
     assert older_choice.passed_over(run, took_newest, 4, work) == []  # its own file held an older state
+
+
+def test_a_load_through_a_file_object_names_the_file_it_reads(tmp_path):
+    from io import BytesIO
+
+    from chaosckpt.agent.interpose import _file_name
+
+    path = tmp_path / "last.ckpt"
+    path.write_bytes(b"x")
+
+    class Opener:  # fsspec's LocalFileOpener: the path it opened, and the open file inside it
+        def __init__(self) -> None:
+            self.path = str(path)
+            self.f = open(path, "rb")
+
+    with open(path, "rb") as plain_file:
+        assert _file_name(plain_file) == str(path)
+    opener = Opener()
+    try:
+        assert _file_name(opener) == str(path)
+    finally:
+        opener.f.close()
+    assert _file_name(BytesIO(b"x")) is None
