@@ -111,3 +111,31 @@ def test_one_generated_job_judged_and_run_through_chaosckpt(tmp_path):
     agree = agreement.compare(asdict(truth), got)
     assert not agreement.false_pass(asdict(truth), got)
     assert agree["verdict"] and agree["outcome"], (asdict(truth), got)
+
+
+def test_the_judge_names_causes_from_the_dimensions_and_what_the_experiment_showed():
+    import judge
+    row = dict(jobgen.sample(1, 0)[0])
+
+    def truth(**kw):
+        t = judge.Truth("j", kw.pop("fault", "kill"), 2, "")
+        for k, v in kw.items():
+            setattr(t, k, v)
+        return t
+
+    crashed = truth(outcome="crashed", fault_in_final_name=True)
+    assert judge.causes({**row, "rotation": "overwrite"}, crashed) == ["in-place-save", "torn-checkpoint"]
+    # a new name written in place held no earlier checkpoint: not in-place-save; the resume chose the torn file
+    assert judge.causes({**row, "rotation": "keep2", "resume": "newest_by_name"}, crashed) == [
+        "resume-chose-incomplete", "torn-checkpoint"]
+    scratch = truth(outcome="scratch", recovered_step=0, reproduced=True)
+    assert judge.causes({**row, "rotation": "delete_before"}, scratch) == ["rotation-before-complete"]
+    diverged = truth(outcome="last-good", recovered_step=8, reproduced=False)
+    plain = {**row, "saved": "full", "rng": "all", "data": "slice", "draws": "none", "quirk": "train_after_val"}
+    assert judge.causes({**plain, "saved": "no_scheduler"}, diverged) == ["scheduler-not-restored"]
+    assert judge.causes({**plain, "draws": "python", "rng": "torch"}, diverged) == ["rng-not-restored"]
+    assert judge.causes({**plain, "data": "counter"}, diverged) == []  # at an epoch's end the counter wraps right
+    assert judge.causes({**plain, "data": "counter"}, truth(outcome="last-good", recovered_step=6,
+                                                            reproduced=False)) == ["steps-replayed"]
+    assert judge.causes({**plain, "quirk": "no_train_after_val"}, truth(outcome="last-good", recovered_step=8,
+                                                                        reproduced=True)) == ["eval-mode-in-training"]

@@ -173,6 +173,10 @@ class Truth:
     first_divergent_step: Optional[int] = None
     verdict: str = ""
     expected_causes: List[str] = field(default_factory=list)
+    fault_in_final_name: bool = False
+    """The fault struck the checkpoint's own name, not a temporary (the save writes in place)."""
+    resume_cannot_load: List[str] = field(default_factory=list)
+    """Files the resume reported it could not load (newest_loads) before the one it took."""
     notes: List[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -216,13 +220,16 @@ def faulted(folder: Path, fault: str, save: Save) -> Tuple[Printed, str]:
     return p, f"{action} at write {n} of {rel} (save of step {save.step})"
 
 
-def causes(row: Dict[str, str], truth: Truth, fault_path_final: bool, resume: Printed) -> List[str]:
-    """The cause kinds the chosen dimensions imply for what the experiment showed."""
+def causes(row: Dict[str, str], truth: Truth) -> List[str]:
+    """The cause kinds the chosen dimensions imply for what the experiment showed. Checkpoint-loss causes where the
+    outcome fails; trajectory causes where the resume took a checkpoint and did not reproduce; a resume left in eval
+    mode wherever the resume took a checkpoint (a fact of the run even where no dropout makes it change a loss)."""
     out = []
     if truth.outcome not in ALLOWED[truth.fault]:
-        if fault_path_final and truth.fault != "step":
-            out.append("in-place-save")
-            if resume.cannot_load or truth.outcome == "crashed":
+        if truth.fault_in_final_name and truth.fault != "step":
+            if row["rotation"] == "overwrite":  # the struck name held the previous checkpoint
+                out.append("in-place-save")
+            if truth.resume_cannot_load or truth.outcome == "crashed":
                 out.append("torn-checkpoint")
             if truth.outcome == "crashed" and row["rotation"] != "overwrite":
                 out.append("resume-chose-incomplete")
@@ -243,8 +250,8 @@ def causes(row: Dict[str, str], truth: Truth, fault_path_final: bool, resume: Pr
                 out.append("rng-not-restored")
         if rec % jobgen.EPOCH and (row["data"] == "counter" or row["saved"] == "epoch_only"):
             out.append("steps-replayed")
-        if row["quirk"] == "no_train_after_val" and row["draws"] == "dropout":
-            out.append("eval-mode-in-training")
+    if truth.recovered_step and row["quirk"] == "no_train_after_val" and truth.outcome != "crashed":
+        out.append("eval-mode-in-training")
     return sorted(set(out))
 
 
@@ -272,13 +279,14 @@ def judge(row: Dict[str, str], fault: str, scratch: Path, save_number: int = 2,
     if fault != "step" and (save.step in run_.saved or truth.fault_step != save.step):
         truth.notes.append(f"the fault did not land inside the save of step {save.step} (last step {truth.fault_step},"
                            f" saved {run_.saved})")
-    fault_path_final = fault != "step" and not place(save)[0].endswith(".tmp")
+    truth.fault_in_final_name = fault != "step" and not place(save)[0].endswith(".tmp")
     if run_.finished and run_.returncode == 0:
         truth.outcome, truth.recovered_step, truth.lost_steps = "survived", None, 0
         resume = run_
         resumed_steps = []
     else:
         resume = run([sys.executable, "train.py"], folder)
+        truth.resume_cannot_load = resume.cannot_load
         resumed_steps = resume.steps
         rec = resume.resumed
         if rec is None and not resume.steps:
@@ -308,7 +316,7 @@ def judge(row: Dict[str, str], fault: str, scratch: Path, save_number: int = 2,
             truth.notes.append(f"resumed steps {resumed_steps[0][0]}..{resumed_steps[-1][0]} not one run to the end")
     passed = truth.outcome in ALLOWED[fault] and truth.reproduced is True
     truth.verdict = "PASS" if passed else "FAIL"
-    truth.expected_causes = causes(row, truth, fault_path_final, resume)
+    truth.expected_causes = causes(row, truth)
     truth.seconds = round(time.monotonic() - started, 1)
     return truth, reference
 
