@@ -7,8 +7,8 @@ For each job (one at a time) and fault, the judge (``judge.py``) establishes the
 runs the same job copy through its CLI (``python -m chaosckpt run``, a subprocess: nothing of chaosckpt is imported
 here either) under the matching scenario and place:
 
-    judge ``kill``   (SIGKILL at the middle write of the file save 2 writes)  <->  kill9-mid-save -p save=2 -p fraction=0.5
-    judge ``enospc`` (ENOSPC at that write)                                     <->  enospc -p save=2 -p fraction=0.5
+    judge ``kill``   (SIGKILL at the middle write of save 2's file)  <->  kill9-mid-save -p save=2 -p fraction=0.5
+    judge ``enospc`` (ENOSPC at that write)                           <->  enospc -p save=2 -p fraction=0.5
 
 The places are alike, not identical: the judge counts write syscalls of the file; chaosckpt a fraction of the save's
 bytes at its own level. Both land inside save 2, before its file is complete, which is what the truth turns on.
