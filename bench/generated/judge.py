@@ -1,0 +1,341 @@
+"""The judge: a generated job's truth under a fault, established by experiment, sharing no code with chaosckpt.
+
+For one job (a row of ``jobgen``'s covering array) and one fault it runs
+
+1. the job uninterrupted under ``strace -f -y`` (its record: every write, open, rename, unlink and fsync, the job's
+   own printed lines among them), which is also the reference trajectory;
+2. the job again, faulted by strace or a signal, never by chaosckpt:
+   ``kill``   ``strace -e inject=write:signal=SIGKILL:when=N -P FILE``: SIGKILL at the N-th write of the file that
+              save K writes, N the middle of that save's writes to it in the record;
+   ``enospc`` ``strace -e inject=write:error=ENOSPC:when=N -P FILE``: that write fails with ENOSPC in the job;
+   ``step``   SIGKILL as soon as the job printed the step line one after save K (a clean kill between saves);
+3. the job's own resume (the same command, in the same folder).
+
+Truth: the checkpoints that completed before the fault (the job printed ``saved step S``), which files are on disk
+and which of them load; the step the resume started from (its ``resumed from step S`` line) against the newest
+completed one (outcome last-good / older / scratch / unknown-state / crashed, or survived when the faulted run
+finished); the steps lost; whether every resumed step's loss equals the uninterrupted run's bitwise (the printed
+``repr``); and the cause kinds the chosen dimensions imply for what the experiment showed (``expected_causes``).
+
+Power loss (a disk model computed from the strace record: what was not fsynced rolled back) is not here yet.
+
+This module imports nothing from chaosckpt (tests/test_generated_jobs.py parses its imports to check it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+import jobgen
+
+FAULTS = ("kill", "enospc", "step")
+ALLOWED = {"kill": ("last-good",), "step": ("last-good",), "enospc": ("last-good", "survived")}
+"""The outcomes that pass under each fault, as chaosckpt's own scenarios define them (kill9-mid-save: last-good;
+enospc: last-good or survived): the same bar, judged independently."""
+
+VOCABULARY = ("torn-checkpoint", "in-place-save", "rotation-before-complete", "resume-chose-incomplete",
+              "resume-chose-older", "optimizer-not-restored", "scheduler-not-restored", "rng-not-restored",
+              "epoch-order-differs", "steps-replayed", "steps-skipped", "eval-mode-in-training")
+"""The cause kinds the judge predicts; chaosckpt's findings are compared on these only."""
+
+STEP = re.compile(r"^step (\d+) loss (\S+)$")
+SAVED = re.compile(r"^saved step (\d+)$")
+RESUMED = re.compile(r"^resumed from step (\d+)$")
+WRITE = re.compile(r"^(\d+) +write\((\d+)<([^>]*)>, \"((?:[^\"\\]|\\.)*)\"")
+TIMEOUT = 300
+
+
+@dataclass
+class Printed:
+    """What one run of a job printed, and how it ended."""
+    returncode: int
+    steps: List[Tuple[int, str]] = field(default_factory=list)
+    saved: List[int] = field(default_factory=list)
+    resumed: Optional[int] = None
+    finished: bool = False
+    cannot_load: List[str] = field(default_factory=list)
+    stderr_tail: str = ""
+
+    @property
+    def last_step(self) -> int:
+        return self.steps[-1][0] if self.steps else 0
+
+
+def printed(returncode: int, out: str, err: str = "") -> Printed:
+    p = Printed(returncode, stderr_tail="\n".join(err.strip().splitlines()[-3:]))
+    for line in out.splitlines():
+        line = line.strip()
+        if m := STEP.match(line):
+            p.steps.append((int(m[1]), m[2]))
+        elif m := SAVED.match(line):
+            p.saved.append(int(m[1]))
+        elif m := RESUMED.match(line):
+            p.resumed = int(m[1])
+        elif line == "finished":
+            p.finished = True
+        elif line.startswith("cannot load "):
+            p.cannot_load.append(line.split(":")[0][len("cannot load "):])
+    return p
+
+
+def run(argv: List[str], cwd: Path) -> Printed:
+    proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT)
+    return printed(proc.returncode, proc.stdout, proc.stderr)
+
+
+@dataclass
+class Save:
+    """One save in the strace record: the step it followed, and its writes as (path relative to the job's folder,
+    the write's number among all writes to that path since the run began)."""
+    step: int
+    writes: List[Tuple[str, int]] = field(default_factory=list)
+
+
+def saves_in_record(log: str, ckpt: Path) -> List[Save]:
+    """The saves of an uninterrupted run from its strace record: writes to files under ``ckpt`` between a printed
+    ``step S`` line and ``saved step S``."""
+    counts: Dict[str, int] = {}
+    saves: List[Save] = []
+    current: Optional[Save] = None
+    prefix = str(ckpt) + os.sep
+    root = str(ckpt.parent) + os.sep
+    for line in log.splitlines():
+        m = WRITE.match(line)
+        if not m:
+            continue
+        path, data = m[3], m[4]
+        if m[2] == "1":
+            text = data.encode().decode("unicode_escape").strip()
+            if s := STEP.match(text):
+                current = Save(int(s[1]))
+            elif SAVED.match(text):
+                if current is not None and current.writes:
+                    saves.append(current)
+                current = None
+            continue
+        if path.startswith(prefix):
+            rel = path[len(root):]
+            counts[rel] = counts.get(rel, 0) + 1
+            if current is not None:
+                current.writes.append((rel, counts[rel]))
+    return saves
+
+
+def place(save: Save) -> Tuple[str, int]:
+    """The file save K writes most and the number of the write halfway through its writes of it."""
+    per: Dict[str, List[int]] = {}
+    for path, n in save.writes:
+        per.setdefault(path, []).append(n)
+    path = max(per, key=lambda p: len(per[p]))
+    numbers = per[path]
+    return path, numbers[(len(numbers) - 1) // 2]
+
+
+def loadable(folder: Path) -> Dict[str, Optional[int]]:
+    """Each checkpoint file under ``folder/ckpt`` (temporaries too): the step it was saved at when it loads, else
+    None. Loaded in a subprocess of its own (torch, not the job's code)."""
+    code = ("import glob, json, os, torch\nout = {}\n"
+            "for p in sorted(glob.glob('ckpt/*')):\n"
+            "    try:\n        out[os.path.basename(p)] = int(torch.load(p, weights_only=False)['saved_at'])\n"
+            "    except Exception:\n        out[os.path.basename(p)] = None\n"
+            "print(json.dumps(out))\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=folder, capture_output=True, text=True, timeout=TIMEOUT)
+    try:
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {}
+
+
+@dataclass
+class Truth:
+    job: str
+    fault: str
+    save: int
+    placement: str
+    fault_step: int = 0
+    completed: List[int] = field(default_factory=list)
+    last_good: Optional[int] = None
+    on_disk: Dict[str, Optional[int]] = field(default_factory=dict)
+    outcome: str = ""
+    recovered_step: Optional[int] = None
+    lost_steps: Optional[int] = None
+    reproduced: Optional[bool] = None
+    first_divergent_step: Optional[int] = None
+    verdict: str = ""
+    expected_causes: List[str] = field(default_factory=list)
+    fault_in_final_name: bool = False
+    """The fault struck the checkpoint's own name, not a temporary (the save writes in place)."""
+    resume_cannot_load: List[str] = field(default_factory=list)
+    """Files the resume reported it could not load (newest_loads) before the one it took."""
+    notes: List[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def fresh(folder: Path, row: Dict[str, str]) -> Path:
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    (folder / "train.py").write_text(jobgen.script(row))
+    return folder
+
+
+def record(folder: Path) -> Tuple[Printed, List[Save]]:
+    """The uninterrupted run under strace's record."""
+    log = folder / "strace.log"
+    p = run(["strace", "-f", "-qq", "-y", "-s", "96", "-o", str(log), "-e",
+             "trace=write,openat,rename,renameat,renameat2,unlink,unlinkat,fsync,fdatasync",
+             sys.executable, "train.py"], folder)
+    return p, saves_in_record(log.read_text(errors="replace"), (folder / "ckpt").resolve())
+
+
+def faulted(folder: Path, fault: str, save: Save) -> Tuple[Printed, str]:
+    """The faulted run; and where the fault was placed, in words."""
+    if fault == "step":
+        target = save.step + 1
+        proc = subprocess.Popen([sys.executable, "train.py"], cwd=folder, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        out = []
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            out.append(line)
+            m = STEP.match(line.strip())
+            if m and int(m[1]) >= target:
+                proc.send_signal(signal.SIGKILL)
+                break
+        rest, err = proc.communicate(timeout=TIMEOUT)
+        return printed(proc.returncode, "".join(out) + rest, err), f"SIGKILL on the line of step {target}"
+    rel, n = place(save)
+    action = "signal=SIGKILL" if fault == "kill" else "error=ENOSPC"
+    p = run(["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=write", "-e", f"inject=write:{action}:when={n}",
+             "-P", str(folder.resolve() / rel), sys.executable, "train.py"], folder)
+    return p, f"{action} at write {n} of {rel} (save of step {save.step})"
+
+
+def causes(row: Dict[str, str], truth: Truth) -> List[str]:
+    """The cause kinds the chosen dimensions imply for what the experiment showed. Checkpoint-loss causes where the
+    outcome fails; trajectory causes where the resume took a checkpoint and did not reproduce; a resume left in eval
+    mode wherever the resume took a checkpoint (a fact of the run even where no dropout makes it change a loss)."""
+    out = []
+    if truth.outcome not in ALLOWED[truth.fault]:
+        if truth.fault_in_final_name and truth.fault != "step":
+            if row["rotation"] == "overwrite":  # the struck name held the previous checkpoint
+                out.append("in-place-save")
+            if truth.resume_cannot_load or truth.outcome == "crashed":
+                out.append("torn-checkpoint")
+            if truth.outcome == "crashed" and row["rotation"] != "overwrite":
+                out.append("resume-chose-incomplete")
+        if row["rotation"] == "delete_before" and truth.fault != "step":
+            out.append("rotation-before-complete")
+    if truth.outcome in ("last-good", "older", "survived") and truth.reproduced is False:
+        rec = truth.recovered_step or 0
+        if row["saved"] == "no_optimizer":
+            out.append("optimizer-not-restored")
+        if row["saved"] == "no_scheduler":
+            out.append("scheduler-not-restored")
+        if (row["draws"] == "dropout" and row["rng"] == "none") or (row["draws"] == "python" and row["rng"] != "all"):
+            out.append("rng-not-restored")
+        if row["data"] == "loader_global":
+            if rec % jobgen.EPOCH:
+                out.append("epoch-order-differs")
+            elif row["rng"] == "none":
+                out.append("rng-not-restored")
+        if rec % jobgen.EPOCH and (row["data"] == "counter" or row["saved"] == "epoch_only"):
+            out.append("steps-replayed")
+    if truth.recovered_step and row["quirk"] == "no_train_after_val" and truth.outcome != "crashed":
+        out.append("eval-mode-in-training")
+    return sorted(set(out))
+
+
+def judge(row: Dict[str, str], fault: str, scratch: Path, save_number: int = 2,
+          reference: Optional[Tuple[Printed, List[Save]]] = None) -> Tuple[Truth, Tuple[Printed, List[Save]]]:
+    """The truth of one job under one fault at save ``save_number`` (1-based); the reference (record) is returned for
+    reuse by the job's other faults."""
+    started = time.monotonic()
+    if reference is None:
+        reference = record(fresh(scratch / "reference", row))
+    ref, saves = reference
+    truth = Truth(jobgen.job_id(row), fault, save_number, "")
+    if not ref.finished or len(saves) < save_number:
+        truth.verdict = "ERROR"
+        truth.notes.append(f"uninterrupted run: finished={ref.finished}, {len(saves)} saves seen in the record; "
+                           f"{ref.stderr_tail}")
+        return truth, reference
+    save = saves[save_number - 1]
+    folder = fresh(scratch / fault, row)
+    run_, truth.placement = faulted(folder, fault, save)
+    truth.fault_step = run_.last_step
+    truth.completed = list(run_.saved)
+    truth.last_good = run_.saved[-1] if run_.saved else None
+    truth.on_disk = loadable(folder)
+    if fault != "step" and (save.step in run_.saved or truth.fault_step != save.step):
+        truth.notes.append(f"the fault did not land inside the save of step {save.step} (last step {truth.fault_step},"
+                           f" saved {run_.saved})")
+    truth.fault_in_final_name = fault != "step" and not place(save)[0].endswith(".tmp")
+    if run_.finished and run_.returncode == 0:
+        truth.outcome, truth.recovered_step, truth.lost_steps = "survived", None, 0
+        resume = run_
+        resumed_steps = []
+    else:
+        resume = run([sys.executable, "train.py"], folder)
+        truth.resume_cannot_load = resume.cannot_load
+        resumed_steps = resume.steps
+        rec = resume.resumed
+        if rec is None and not resume.steps:
+            truth.outcome = "crashed"
+            truth.notes.append(f"resume exited {resume.returncode}: {resume.stderr_tail[-200:]}")
+        elif rec is None:
+            truth.outcome, truth.recovered_step = "scratch", 0
+        elif rec == truth.last_good:
+            truth.outcome, truth.recovered_step = "last-good", rec
+        elif rec in truth.completed:
+            truth.outcome, truth.recovered_step = "older", rec
+        else:
+            truth.outcome, truth.recovered_step = "unknown-state", rec
+        if truth.recovered_step is not None:
+            truth.lost_steps = max(0, truth.fault_step - truth.recovered_step)
+        elif truth.outcome == "crashed":
+            truth.lost_steps = truth.fault_step
+    if truth.outcome != "crashed":
+        expected = dict(ref.steps)
+        same = [(s, loss == expected.get(s)) for s, loss in resumed_steps]
+        bad = [s for s, ok in same if not ok]
+        first = resumed_steps[0][0] if resumed_steps else None
+        contiguous = [s for s, _ in resumed_steps] == list(range(first, jobgen.STEPS + 1)) if first else True
+        truth.reproduced = not bad and resume.finished and contiguous
+        truth.first_divergent_step = bad[0] if bad else None
+        if not contiguous:
+            truth.notes.append(f"resumed steps {resumed_steps[0][0]}..{resumed_steps[-1][0]} not one run to the end")
+    passed = truth.outcome in ALLOWED[fault] and truth.reproduced is True
+    truth.verdict = "PASS" if passed else "FAIL"
+    truth.expected_causes = causes(row, truth)
+    truth.seconds = round(time.monotonic() - started, 1)
+    return truth, reference
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    import argparse
+    parser = argparse.ArgumentParser(description="the judge's truth of generated jobs")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--fault", action="append", choices=FAULTS)
+    parser.add_argument("--scratch", type=Path, default=Path("/tmp/judge"))
+    args = parser.parse_args(argv)
+    for i, row in enumerate(jobgen.sample(args.jobs, args.seed)):
+        reference = None
+        for fault in args.fault or list(FAULTS):
+            truth, reference = judge(row, fault, args.scratch / str(i), reference=reference)
+            print(json.dumps(asdict(truth)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,141 @@
+"""The generated jobs of issue 31 (bench/generated): the covering array covers every valid pair of dimension values,
+every generated script compiles, and the judge shares no code with chaosckpt. The e2e test judges one job and runs
+chaosckpt on it through the agreement runner."""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+GENERATED = REPO / "bench" / "generated"
+sys.path.insert(0, str(GENERATED))
+
+import jobgen  # noqa: E402
+
+
+def test_covering_array_covers_every_valid_pair_and_only_valid_rows():
+    for seed in (0, 1):
+        rows = jobgen.covering_array(seed)
+        assert all(jobgen.valid(r) for r in rows)
+        assert all(set(r) == set(jobgen.DIMENSIONS) for r in rows)
+        assert jobgen.covered(rows) >= set(jobgen.valid_pairs())
+        # every value of every dimension appears
+        for name, values in jobgen.DIMENSIONS.items():
+            assert {r[name] for r in rows} == set(values)
+        # a covering array, not an enumeration: close to the product of the two largest dimensions
+        sizes = sorted(len(v) for v in jobgen.DIMENSIONS.values())
+        assert len(rows) <= 2 * sizes[-1] * sizes[-2]
+
+
+def test_covering_array_is_seeded():
+    assert jobgen.covering_array(0) == jobgen.covering_array(0)
+    assert jobgen.covering_array(0) != jobgen.covering_array(1)
+
+
+def test_only_fixed_name_resume_with_other_rotations_is_excluded():
+    invalid = {(a, b) for a, b in itertools.product(jobgen.DIMENSIONS["resume"], jobgen.DIMENSIONS["rotation"])
+               if not jobgen.valid({"resume": a, "rotation": b})}
+    assert invalid == {("fixed", r) for r in ("keep2", "delete_before", "delete_after")}
+
+
+def test_every_generated_script_compiles_and_names_its_row():
+    for row in jobgen.covering_array(0):
+        source = jobgen.script(row)
+        compile(source, jobgen.job_id(row), "exec")
+        assert jobgen.job_id(row) in source
+        assert "import chaosckpt" not in source and "from chaosckpt" not in source
+
+
+def imported(path: Path) -> set:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            names.add(("." * node.level) + (node.module or ""))
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) in (
+                "__import__", "import_module"):
+            names |= {a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)}
+    return names
+
+
+def test_judge_imports_nothing_from_chaosckpt():
+    """The judge and the generator it reads import only the standard library, each other, and nothing of chaosckpt
+    or of bench/ modules that import it; the agreement runner reaches chaosckpt only through its CLI."""
+    stdlib = set(sys.stdlib_module_names)
+    for name in ("judge.py", "jobgen.py", "agreement.py", "__init__.py"):
+        for module in imported(GENERATED / name):
+            top = module.lstrip(".").split(".")[0]
+            assert top != "chaosckpt", (name, module)
+            assert not module.startswith("."), (name, module)
+            assert top in stdlib or top in ("jobgen", "judge"), (name, module)
+
+
+def test_the_judge_reads_the_saves_from_an_strace_record():
+    import judge
+    ckpt = Path("/w/job/ckpt")
+    log = "\n".join([
+        '11 write(1<pipe:[9]>, "step 1 loss 0.5\\n", 16) = 16',
+        '11 write(3</w/job/ckpt/last.pt.tmp>, "PK"..., 64) = 64',
+        '11 write(3</w/job/ckpt/last.pt.tmp>, "PK"..., 64) = 64',
+        '11 write(1<pipe:[9]>, "saved step 1\\n", 13) = 13',
+        '11 write(1<pipe:[9]>, "step 2 loss 0.25\\n", 17) = 17',
+        '11 write(3</w/job/ckpt/last.pt.tmp>, "PK"..., 64) = 64',
+        '11 write(3</w/job/ckpt/last.pt.tmp>, "PK"..., 64) = 64',
+        '11 write(3</w/job/ckpt/last.pt.tmp>, "PK"..., 64) = 64',
+        '11 write(1<pipe:[9]>, "saved step 2\\n", 13) = 13',
+    ])
+    saves = judge.saves_in_record(log, ckpt)
+    assert [s.step for s in saves] == [1, 2]
+    assert judge.place(saves[1]) == ("ckpt/last.pt.tmp", 4)
+    p = judge.printed(1, "resumed from step 6\nstep 7 loss 0.1\nsaved step 12\ncannot load ckpt/x.pt: bad\n")
+    assert (p.resumed, p.steps, p.saved, p.cannot_load, p.finished) == (6, [(7, "0.1")], [12], ["ckpt/x.pt"], False)
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(shutil.which("strace") is None, reason="the judge needs strace")
+def test_one_generated_job_judged_and_run_through_chaosckpt(tmp_path):
+    """Row 0 of the seed-0 array under a kill mid-save: the judge and chaosckpt agree on the verdict and the outcome,
+    and chaosckpt passes nothing the judge fails."""
+    import agreement
+    row = jobgen.sample(1, 0)[0]
+    truth, _ = agreement.judge.judge(row, "kill", tmp_path / "judge")
+    got = agreement.chaosckpt(row, "kill", tmp_path / "chaosckpt")
+    from dataclasses import asdict
+    agree = agreement.compare(asdict(truth), got)
+    assert not agreement.false_pass(asdict(truth), got)
+    assert agree["verdict"] and agree["outcome"], (asdict(truth), got)
+
+
+def test_the_judge_names_causes_from_the_dimensions_and_what_the_experiment_showed():
+    import judge
+    row = dict(jobgen.sample(1, 0)[0])
+
+    def truth(**kw):
+        t = judge.Truth("j", kw.pop("fault", "kill"), 2, "")
+        for k, v in kw.items():
+            setattr(t, k, v)
+        return t
+
+    crashed = truth(outcome="crashed", fault_in_final_name=True)
+    assert judge.causes({**row, "rotation": "overwrite"}, crashed) == ["in-place-save", "torn-checkpoint"]
+    # a new name written in place held no earlier checkpoint: not in-place-save; the resume chose the torn file
+    assert judge.causes({**row, "rotation": "keep2", "resume": "newest_by_name"}, crashed) == [
+        "resume-chose-incomplete", "torn-checkpoint"]
+    scratch = truth(outcome="scratch", recovered_step=0, reproduced=True)
+    assert judge.causes({**row, "rotation": "delete_before"}, scratch) == ["rotation-before-complete"]
+    diverged = truth(outcome="last-good", recovered_step=8, reproduced=False)
+    plain = {**row, "saved": "full", "rng": "all", "data": "slice", "draws": "none", "quirk": "train_after_val"}
+    assert judge.causes({**plain, "saved": "no_scheduler"}, diverged) == ["scheduler-not-restored"]
+    assert judge.causes({**plain, "draws": "python", "rng": "torch"}, diverged) == ["rng-not-restored"]
+    assert judge.causes({**plain, "data": "counter"}, diverged) == []  # at an epoch's end the counter wraps right
+    assert judge.causes({**plain, "data": "counter"}, truth(outcome="last-good", recovered_step=6,
+                                                            reproduced=False)) == ["steps-replayed"]
+    assert judge.causes({**plain, "quirk": "no_train_after_val"}, truth(outcome="last-good", recovered_step=8,
+                                                                        reproduced=True)) == ["eval-mode-in-training"]
