@@ -350,9 +350,6 @@ ROWS: List[Tuple[str, str, str, str, str]] = [
     ("scheduler_job", "kill9-mid-save", "FAILED", "last-good, scheduler-not-restored", SCHEDULER),
     ("scheduler_job", "enospc", "FAILED", "last-good, scheduler-not-restored", "the full disk fails the temporary file, last.pt is intact; "
      + SCHEDULER),
-    ("naive_train", "power-loss -p model=strict", "FAILED", "scratch (step 0) after before the save's first operation",
-     "torch.save straight over last.pt, never fsynced: under the strict model no crash point of save 2 leaves a "
-     "checkpoint, and every resume trains from scratch (a suite's shared sweep once resumed step 32 in each)"),
     ("scheduler_job", "power-loss", "FAILED", "last-good, scheduler-not-restored", "fsynced, the checkpoint survives; " + SCHEDULER),
     ("scheduler_job", "eval-left-on", "FAILED", "last-good, scheduler-not-restored", "no dropout or batch norm: eval mode computes the "
      "same; " + SCHEDULER),
@@ -466,6 +463,9 @@ ROWS: List[Tuple[str, str, str, str, str]] = [
 ]
 
 SWEEP_ROWS: List[Tuple[str, str, str, str, str]] = [
+    ("naive_train", "power-loss -p model=strict", "FAILED", "scratch (step 0) after before the save's first operation",
+     "torch.save straight over last.pt, never fsynced: under the strict model no crash point of save 2 leaves a "
+     "checkpoint, and every resume trains from scratch (a suite's shared sweep once resumed step 32 in each)"),
     ("sweep_unlink_job", "power-loss", "FAILED", "scratch (step 0) after unlink ckpt/last.pt",
      "unlinks last.pt before renaming tmp.pt over it: a crash in between leaves only tmp.pt, and the resume, which "
      "looks for last.pt alone, trains from scratch (sweep_unlink_job.truth.md)"),
