@@ -162,9 +162,10 @@ COUNTER = ("batches sliced from a tensor by a counter that starts at 0 in every 
            "DataLoader (counter_job.truth.md)")
 COUNTER_ROBUST = "the counter derived from the restored step: the resume reproduces"
 
-EPOCH_SKIP = ("a mid-epoch checkpoint with the epoch only, resumed at the next epoch, and torch's stream (the "
-              "shuffle order, dropout) never saved: the steps left in the saved epoch are skipped and the stream "
-              "starts again; both are named (epoch_skip_job.truth.md)")
+EPOCH_SKIP = ("a mid-epoch checkpoint with the epoch only, resumed at the next epoch, torch's stream never saved: "
+              "the stream starts again from the seed, so the resume's epochs draw the uninterrupted run's first "
+              "orders again and it trains once more on the batches of steps 1-16, named by what the model "
+              "consumed (epoch_skip_job.truth.md)")
 EPOCH_SKIP_ROBUST = "the position in the epoch, its order and torch's RNG state saved: the resume reproduces"
 
 SLOW_EXIT = ("the reference run exits 0 while the thread handed step 24's snapshot still waits for the store: "
@@ -379,11 +380,11 @@ ROWS: List[Tuple[str, str, str, str, str]] = [
     ("counter_robust", "eval-left-on", "PASSED", "last-good", COUNTER_ROBUST + "; no dropout or batch norm: eval "
      "mode computes the same"),
     ("counter_robust", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
-    ("epoch_skip_job", "kill9-mid-save", "FAILED", "last-good, rng-not-restored + step-count-differs", EPOCH_SKIP),
-    ("epoch_skip_job", "enospc", "FAILED", "last-good, rng-not-restored + step-count-differs", EPOCH_SKIP),
-    ("epoch_skip_job", "power-loss", "FAILED", "last-good, rng-not-restored + step-count-differs", EPOCH_SKIP),
-    ("epoch_skip_job", "eval-left-on", "FAILED", "last-good, eval-mode-in-training + step-count-differs", EPOCH_SKIP
-     + "; in eval mode dropout draws nothing, so the streams are not compared"),
+    ("epoch_skip_job", "kill9-mid-save", "FAILED", "last-good, steps-replayed", EPOCH_SKIP),
+    ("epoch_skip_job", "enospc", "FAILED", "last-good, steps-replayed", EPOCH_SKIP),
+    ("epoch_skip_job", "power-loss", "FAILED", "last-good, steps-replayed", EPOCH_SKIP),
+    ("epoch_skip_job", "eval-left-on", "FAILED", "last-good, steps-replayed + eval-mode-in-training", EPOCH_SKIP
+     + "; and the modules train in eval mode (the job never calls model.train())"),
     ("epoch_skip_job", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
     ("epoch_skip_robust", "kill9-mid-save", "PASSED", "last-good", EPOCH_SKIP_ROBUST),
     ("epoch_skip_robust", "enospc", "PASSED", "last-good", EPOCH_SKIP_ROBUST),

@@ -1,5 +1,6 @@
 """A job whose mid-epoch checkpoint records only the epoch, resumed at the next epoch, with its shuffle order drawn
-from torch's stream and never restored: two defects at once (epoch_skip_job.truth.md says what they cost).
+from torch's stream and never restored (epoch_skip_job.truth.md says what that costs: the resume replays the first
+epochs' batches).
 
 It draws a fixed dataset of 64 rows once, then trains 4 epochs of 8 steps each on batches of 8 rows sliced from a
 ``torch.randperm`` order drawn at each epoch's start (no DataLoader), through dropout, with SGD and momentum. Every 6 steps it saves
