@@ -26,8 +26,9 @@ def test_a_job_that_saves_too_few_times_never_triggers_the_fault(project, tmp_pa
 
 
 def test_a_failing_reference_run(project, tmp_path):
+    """A job that exits non-zero before its end is a failed reference (exit 4), with no finding."""
     trial = inconclusive(project, tmp_path, "train.py", "--", "--fail")
-    assert trial["reason"] == "reference-failed"
+    assert trial["reason"] == "reference-failed" and not trial["findings"]
     assert "job failed on purpose" in trial["detail"]
 
 

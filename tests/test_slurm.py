@@ -40,8 +40,24 @@ def slurm(tmp_path_factory):
         assert cluster.leftovers() == []
 
 
+def _wait_for_job(slurm, job_id: str, deadline: float) -> str:
+    """Wait until the Slurm job has ended; its final state. Asked every 0.5 s: ``sbatch --wait`` asks after 2, 10,
+    42 s, then every 32 s (its backoff grows while MinJobAge allows), up to half a minute after a job ended."""
+    while time.monotonic() < deadline:
+        shown = slurm.run(["scontrol", "-o", "show", "job", job_id], timeout=20)
+        state = dict(f.split("=", 1) for f in shown.stdout.split() if "=" in f).get("JobState", "")
+        if state and state not in ACTIVE:
+            return state
+        time.sleep(0.5)
+    raise AssertionError(f"Slurm job {job_id} did not end: {slurm.queue()}")
+
+
+ACTIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING", "SIGNALING",
+          "STAGE_OUT")
+
+
 def _batch(slurm, folder: Path, name: str, lines: str, nodes: int = 2) -> dict:
-    """Submit a batch script that runs ``lines`` in ``folder`` with ``sbatch --wait``; the JSON it printed."""
+    """Submit a batch script that runs ``lines`` in ``folder`` and wait for it to end; the JSON it printed."""
     script = folder / f"{name}.sbatch"
     out = folder / f"{name}.out"
     script.write_text(f"""#!/bin/bash
@@ -54,7 +70,9 @@ set -eu
 cd {folder}
 {lines}
 """)
-    done = slurm.run(["sbatch", "--wait", "--parsable", str(script)], timeout=600, cwd=folder)
+    done = slurm.run(["sbatch", "--parsable", str(script)], timeout=60, cwd=folder)
+    assert done.returncode == 0, done.stderr
+    _wait_for_job(slurm, done.stdout.strip().split(";")[0], time.monotonic() + 600)
     assert out.exists(), done.stderr
     text = out.read_text()
     assert text.strip(), (folder / f"{name}.err").read_text()
