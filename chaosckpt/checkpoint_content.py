@@ -167,14 +167,19 @@ class _Walk:
         self.progress: List[Dict[str, Any]] = []
         self.loaders: List[Dict[str, str]] = []
         self.optimizers: List[str] = []
+        self.schedulers: List[str] = []
+        self.scalers: List[str] = []
+        self.weights = 0
+        """Tensors outside optimizer and scheduler states that are no RNG state: a model's weights and buffers."""
 
-    def tensor(self, t: torch.Tensor, path: str, top: str) -> None:
+    def tensor(self, t: torch.Tensor, path: str, top: str, internal: bool = False) -> None:
         """Count a reference to a tensor, under its top-level key; its storage and view are measured once per
         tensor object, however often the checkpoint refers to it."""
         self.tensors += 1
         kind = rng_kind(t, path)
         if kind and len(self.rng) < KEYS_MAX:
             self.rng.append({"path": path or "<root>", "kind": kind})
+        self.weights += not kind and not internal
         if id(t) not in self.storage_of:
             self.storage_of[id(t)] = self._measure(t, path)
         if top in self.tops:
@@ -216,7 +221,7 @@ class _Walk:
                 continue
             sequence = isinstance(value, (list, tuple))  # checked first: torch.Tensor's isinstance is slow
             if not sequence and isinstance(value, torch.Tensor):
-                self.tensor(value, path, top or "<root>")
+                self.tensor(value, path, top or "<root>", internal)
                 continue
             kind = rng_kind(value, path) if not sequence or len(value) in _RNG_LENGTHS else None
             if kind:
@@ -232,6 +237,10 @@ class _Walk:
         """A mapping's entries to walk, after noting what its keys say (counters, loader and optimizer states)."""
         if "state" in value and "param_groups" in value:
             self.optimizers.append(path or "<root>")
+        elif "last_epoch" in value and ("_step_count" in value or "base_lrs" in value):
+            self.schedulers.append(path or "<root>")
+        elif "scale" in value and "_growth_tracker" in value:
+            self.scalers.append(path or "<root>")
         internal = internal or _is_internal(value)
         if not internal and path and any(k in value for k in _STATEFUL_LOADER_KEYS):
             self.loader(path)
@@ -273,8 +282,10 @@ def scan(obj: Any) -> Dict[str, Any]:
     :data:`KEYS_MAX`: ``key``, ``bytes`` of the unique storages under it, ``tensors``), ``keys_more`` (how many
     top-level keys past those), ``bloat`` (storages much larger
     than their saved views), ``rng_states`` (``path``, ``kind``), ``progress`` (step/epoch-like
-    integers: ``path``, ``name``, ``value``), ``loader_states`` (``path``) and ``optimizer_states`` (paths
-    of optimizer state dicts: what makes a file a training checkpoint, not just weights). Containers are dicts,
+    integers: ``path``, ``name``, ``value``), ``loader_states`` (``path``), ``optimizer_states`` (paths
+    of optimizer state dicts: what makes a file a training checkpoint, not just weights), ``scheduler_states``
+    and ``scaler_states`` (paths of LR-scheduler and GradScaler state dicts) and ``weights`` (tensors outside
+    those that are no RNG state). Containers are dicts,
     mappings, lists and tuples; other objects are not looked into.
     """
     if isinstance(obj, (Mapping, list, tuple)):
@@ -298,6 +309,9 @@ def scan(obj: Any) -> Dict[str, Any]:
         "progress": walk.progress,
         "loader_states": walk.loaders,
         "optimizer_states": walk.optimizers,
+        "scheduler_states": walk.schedulers,
+        "scaler_states": walk.scalers,
+        "weights": walk.weights,
     }
 
 
@@ -315,11 +329,29 @@ def merge(parts: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
     """One :func:`scan` result for a checkpoint written as several objects (a Trainer's model, optimizer
     and RNG files): what any of them holds, the checkpoint holds."""
     merged: Dict[str, Any] = {"bytes": 0, "tensors": 0, "keys": [], "keys_more": 0, "bloat": [], "rng_states": [], "progress": [],
-                              "loader_states": [], "optimizer_states": []}
+                              "loader_states": [], "optimizer_states": [], "scheduler_states": [], "scaler_states": [],
+                              "weights": 0}
     for part in parts:
         for key, value in part.items():
             merged[key] = merged[key] + value
     return merged
+
+
+def training_state(contents: Dict[str, Any]) -> Dict[str, List[str]]:
+    """The parts of a training state a checkpoint holds and lacks, as coverage lists lines run and missed:
+    ``{"holds": [...], "lacks": [...]}``, each part named as the audit prints it. Found by what the saved objects
+    are (an optimizer's state dict, a scheduler's, RNG states, counters), whatever their keys are called. What a
+    checkpoint lacks costs a resume only where the job has that part: a loop without a scheduler needs none."""
+    rng = sorted({r["kind"] for r in contents["rng_states"]})
+    loader = contents["loader_states"] or any(_LOADER.fullmatch(r["path"].lower()) for r in contents["rng_states"])
+    parts = [("model weights", contents.get("weights", 0) > 0),
+             ("optimizer state", bool(contents["optimizer_states"])),
+             ("LR scheduler state", bool(contents.get("scheduler_states"))),
+             ("GradScaler state", bool(contents.get("scaler_states"))),
+             (f"RNG states ({', '.join(rng)})" if rng else "RNG states", bool(rng)),
+             ("step or epoch counter", bool(contents["progress"])),
+             ("data position", bool(loader))]
+    return {"holds": [name for name, held in parts if held], "lacks": [name for name, held in parts if not held]}
 
 
 def _plural(n: int, word: str) -> str:

@@ -156,6 +156,10 @@ def test_trainer_folder_is_judged_as_one_checkpoint(tmp_path):
         ("rng_state.pth", "torch CPU generator")}
     assert report["progress"] == [{"file": "trainer_state.json", "path": "global_step", "name": "global_step", "value": 4}]
     assert report["findings"] == []
+    assert report["training_state"] == {"holds": [
+        "model weights", "optimizer state", "LR scheduler state",
+        "RNG states (Python random, numpy RandomState (MT19937), torch CPU generator)", "step or epoch counter"],
+        "lacks": ["GradScaler state", "data position"]}
     alone = audit.audit_file(folder / "optimizer.pt")  # the optimizer file alone has no step: the folder has
     assert kinds(alone["findings"]) == ["no-step-in-checkpoint"]
     missing = checkpoint_folder.audit_folder(folder, streams=4)

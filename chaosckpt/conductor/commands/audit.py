@@ -56,6 +56,17 @@ def _details(contents: Dict[str, Any]) -> List[str]:
              f"step/epoch: {', '.join(progress) or 'none'}"]
     if contents["loader_states"]:
         lines.append(f"loader state: {', '.join(s['path'] for s in contents['loader_states'])}")
+    return lines + _training_state(contents.get("training_state"))
+
+
+def _training_state(held: Optional[Dict[str, List[str]]]) -> List[str]:
+    """The lines that list what of a training state a checkpoint holds and lacks, as coverage lists missed lines."""
+    if not held:
+        return []
+    lines = [f"training state held: {', '.join(held['holds']) or 'nothing'}"]
+    if held["lacks"]:
+        lines.append(f"training state lacked: {', '.join(held['lacks'])} (each costs a resume only where the job "
+                     "has it; chaosckpt run shows which did)")
     return lines
 
 
@@ -97,6 +108,7 @@ def _render_folder(report: Dict[str, Any]) -> List[str]:
     lines = [head] + [f"  - {f['kind']}: {f['message']}" for f in flagged]
     lines += [f"  files: {', '.join(shown) or 'none'}", f"  RNG states: {'; '.join(rng) or 'none'}",
               f"  step/epoch: {', '.join(progress) or 'none'}"]
+    lines += [f"  {line}" for line in _training_state(report.get("training_state"))]
     return lines + [f"  note: {note}" for note in report["notes"]]
 
 
@@ -186,7 +198,8 @@ def _check_options(ignored, max_seconds, streams) -> None:
               help="How many random streams the training loop draws from; fewer RNG states in a file is a finding.")
 @click.option("--training", is_flag=True, default=None,
               help="The files are training checkpoints even without optimizer state: a missing step counter is a "
-                   "finding (by default only files with optimizer state are judged as training checkpoints).")
+                   "finding, and what of a training state each holds and lacks is listed (by default only files "
+                   "with optimizer state, and folders, are judged as training checkpoints).")
 @click.option("--ignore", "ignored", multiple=True, metavar="KIND",
               help=f"Do not report findings of this kind (repeatable): {', '.join(KINDS)}.")
 @click.option("--max-inflate", default=None, metavar="SIZE",

@@ -966,5 +966,8 @@ def audit_file(path: Union[str, Path], *, streams: Union[int, Sequence[str], Non
                     "findings": log.findings() + [{"kind": "unreadable-checkpoint", "message": f"cannot be loaded: {exc}",
                                                    "error": str(exc)}]}
         result = checkpoint_content.analyse(loaded.obj, streams=streams, training=training)
+    contents = result["contents"]
+    if training or (training is None and contents["optimizer_states"]):
+        contents["training_state"] = checkpoint_content.training_state(contents)
     return {"path": name, "bytes": size, "file_format": loaded.format, "contents": result["contents"],
             "findings": loaded.log.findings() + result["findings"]}

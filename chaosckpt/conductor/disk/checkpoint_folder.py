@@ -202,10 +202,12 @@ def _judge_files(root: str, by_dir: Dict[str, Dict[str, int]], max_inflate: Opti
 def audit_folder(folder: Union[str, Path], *, streams: Union[int, Sequence[str], None] = None,
                  max_inflate: Optional[int] = None, training: Optional[bool] = None) -> Dict[str, Any]:
     """Judge a checkpoint folder as a whole: ``{"path", "format", "bytes", "complete", "step", "files",
-    "rng_states", "progress", "findings", "notes", "status"}``. ``files`` are per-file reports as
+    "rng_states", "progress", "findings", "notes", "status"}``, and ``training_state`` (what of a training state
+    the complete checkpoint holds and lacks) unless ``training`` is False. ``files`` are per-file reports as
     :func:`audit.audit_file` makes them (paths relative to the folder), each with a ``status``; ``findings``
     are about the checkpoint as a whole (incomplete, no step counter, missing RNG states)."""
     root = str(folder)
+    held: Optional[Dict[str, List[str]]] = None
     walk = _Walk(root)
     by_dir: Dict[str, Dict[str, int]] = {}
     for name, size in walk.files.items():
@@ -227,12 +229,14 @@ def audit_folder(folder: Union[str, Path], *, streams: Union[int, Sequence[str],
     if complete and states:
         whole = checkpoint_content.merge([{**c, "bloat": [], "keys": []} for _, c in states])
         findings += checkpoint_content.findings(whole, streams=streams, training=training)
+        held = checkpoint_content.training_state(whole) if training is not False else None
     elif not complete:
         notes.append("step and RNG states are not judged in an incomplete checkpoint: what is missing may hold them")
     flagged = findings or any(r["findings"] for r in files)
     return {"path": root, "format": kind, "bytes": sum(walk.files.values()), "complete": complete,
             "step": max(steps) if steps else None, "files": files, "rng_states": rng, "progress": progress,
-            "findings": findings, "notes": notes, "status": "findings" if flagged else "ok"}
+            "findings": findings, "notes": notes, "status": "findings" if flagged else "ok",
+            **({"training_state": held} if held else {})}
 
 
 def checkpoints_in(folder: Union[str, Path]) -> List[str]:
