@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from chaosckpt.conductor.results.plan import Plan, PlannedTrial
+from chaosckpt.conductor.results.suite_plan import Plan, PlannedTrial
 
 
 def events(folder: Path, steps: int, first: int = 1, saves=(), bump: float = 0.0) -> None:

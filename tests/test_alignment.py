@@ -4,7 +4,7 @@ the state its load restored: hand-made event logs."""
 from __future__ import annotations
 
 from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog, Save
-from chaosckpt.conductor.trial import alignment, restore_point, score
+from chaosckpt.conductor.trial import alignment, compare, restore_point
 
 EPOCH = 12
 EPOCHS = 3
@@ -116,15 +116,15 @@ def test_the_random_streams_are_compared_where_the_resume_s_first_batch_was_trai
         s["rng"] = {"torch": f"t{s['step']}"}
     resume = resumed_on(next_epoch_after(5))
     resume.steps[0]["rng"] = {"torch": "t13"}  # as at the uninterrupted run's step 13, not its step 6
-    traj = score.trajectory(ref, resume, 5, 0.0)
+    traj = compare.trajectory(ref, resume, 5, 0.0)
     assert not traj.reproduced and traj.first_divergent_step == 6
     assert [f.kind for f in traj.findings] == ["steps-skipped"]
     resume.steps[0]["rng"] = {"torch": "elsewhere"}
-    skipped, stream = score.trajectory(ref, resume, 5, 0.0).findings
+    skipped, stream = compare.trajectory(ref, resume, 5, 0.0).findings
     assert (skipped.kind, stream.kind, stream.details["step"]) == ("steps-skipped", "rng-not-restored", 13)
     for s in resume.steps:
         s["eval"] = ["model"]
-    assert [f.kind for f in score.trajectory(ref, resume, 5, 0.0).findings][:2] == [
+    assert [f.kind for f in compare.trajectory(ref, resume, 5, 0.0).findings][:2] == [
         "steps-skipped", "eval-mode-in-training"]  # the skip leads, whatever mode the modules trained in
 
 
@@ -146,7 +146,7 @@ def preloaded(digests=("d0", "d10"), pre=1):
 
 
 def test_steps_before_the_load_are_not_the_resume_s():
-    table = score.digest_table(reference())
+    table = compare.digest_table(reference())
     proc = preloaded()
     assert restore_point.restore_index(proc, table) == 1
     log, before = restore_point.after_restore(RunLog([proc]), table)
@@ -154,13 +154,13 @@ def test_steps_before_the_load_are_not_the_resume_s():
     moved = log.trainer()
     assert moved.first_digest() == "d10" and len(moved.steps) == 26
     assert [p["step"] for p in moved.passes] == [2, 14] and moved.saves[0].step == 5 and moved.stopped == 20
-    rec = score.recovery(log, 0, "", 10, table)
+    rec = compare.recovery(log, 0, "", 10, table)
     assert (rec.outcome, rec.recovered_step) == ("last-good", 10)
-    assert score.recovery(RunLog([preloaded()]), 0, "", 10, table).outcome == "scratch"  # as it read before
+    assert compare.recovery(RunLog([preloaded()]), 0, "", 10, table).outcome == "scratch"  # as it read before
 
 
 def test_a_resume_that_loaded_nothing_saved_keeps_its_first_step():
-    table = score.digest_table(reference())
+    table = compare.digest_table(reference())
     assert restore_point.restore_index(preloaded(("d5", "d10")), table) == 0  # it started from a save already
     assert restore_point.restore_index(preloaded(("d0", "unknown")), table) == 0  # its load restored no saved state
     log = RunLog([preloaded(("d0", "unknown"))])

@@ -118,7 +118,7 @@ def test_a_job_that_remounts_or_writes_a_disk_raw_leaves_the_file_outside_as_it_
     prefix = as_user(user, monkeypatch)
     base = Path(tempfile.mkdtemp(prefix="chaosckpt-escape-", dir="/var/tmp"))
     if prefix:  # the checkout may lie in a folder only we can read: nobody runs a copy of the helper
-        monkeypatch.setattr(confinement, "HELPER", Path(shutil.copy(confinement.HELPER, base / "confine.py")))
+        monkeypatch.setattr(confinement, "HELPER", Path(shutil.copy(confinement.HELPER, base / "namespace_helper.py")))
     box = base / "box"
     try:
         victim = outside / "real.txt"
@@ -164,7 +164,7 @@ def test_a_job_cannot_write_through_another_process_view_of_the_file_system_and_
     prefix = as_user(user, monkeypatch)
     base = Path(tempfile.mkdtemp(prefix="chaosckpt-proc-", dir="/var/tmp"))
     if prefix:
-        monkeypatch.setattr(confinement, "HELPER", Path(shutil.copy(confinement.HELPER, base / "confine.py")))
+        monkeypatch.setattr(confinement, "HELPER", Path(shutil.copy(confinement.HELPER, base / "namespace_helper.py")))
     victim = outside / "real.txt"
     drop = [shutil.which("setpriv") or "setpriv", "--inh-caps=-all", "--bounding-set=-all"]
     holder = subprocess.Popen([*(prefix or drop), "sleep", "60"], cwd=outside)
@@ -237,7 +237,7 @@ def test_a_run_bubblewrap_cannot_build_is_one_line_naming_what_it_said(tmp_path)
     argv, env = confinement.command(["true"], box, log, [])
     with open(log / "stderr.log", "w") as err:
         done = subprocess.run(argv, cwd=box, env={**os.environ, **env}, stderr=err, timeout=60)
-    assert done.returncode == confinement.confine.UNCONFINED
+    assert done.returncode == confinement.namespace_helper.UNCONFINED
     with pytest.raises(UsageError) as refused:
         confinement.refuse_outside(done.returncode, log / "stderr.log", [box, log])
     [line] = str(refused.value).splitlines()

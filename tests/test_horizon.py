@@ -19,7 +19,7 @@ from chaosckpt.conductor.faults.trigger import duration_s
 from chaosckpt.conductor.runs import cache, horizon, launcher
 from chaosckpt.conductor.runs.launcher import RunSpec
 from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog, Save
-from chaosckpt.conductor.trial import score
+from chaosckpt.conductor.trial import compare
 
 
 def saves_at(steps, start=100.0, every_s=60.0):
@@ -139,14 +139,14 @@ def test_a_stopped_reference_covers_only_what_it_reached():
 def test_steps_cut_by_a_horizon_are_no_step_count_difference():
     ref = saves_at([10, 20, 30]).processes[0]
     resumed = ProcessLog(pid=2, steps=[dict(s) for s in ref.steps[10:15]])
-    traj = score.trajectory(ref, resumed, 10, 0.0)
+    traj = compare.trajectory(ref, resumed, 10, 0.0)
     assert not traj.reproduced and [f.kind for f in traj.findings] == ["step-count-differs"]
     resumed.stopped = 5
-    traj = score.trajectory(ref, resumed, 10, 0.0)
+    traj = compare.trajectory(ref, resumed, 10, 0.0)
     assert traj.reproduced and traj.compared == 5 and traj.findings == []
     short_ref = stopped_at(saves_at([10, 20, 30]), 12).processes[0]
     longer = ProcessLog(pid=3, steps=[dict(s) for s in ref.steps[10:20]])
-    traj = score.trajectory(short_ref, longer, 10, 0.0)
+    traj = compare.trajectory(short_ref, longer, 10, 0.0)
     assert traj.reproduced and traj.compared == 2
 
 

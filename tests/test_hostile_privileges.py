@@ -41,7 +41,7 @@ def run_as(user: str, base: Path, script: str, monkeypatch):
     prefix = as_user(user, monkeypatch)
     script = script.replace("{python}", confinement.PYTHON)
     if prefix:
-        monkeypatch.setattr(confinement, "HELPER", Path(shutil.copy(confinement.HELPER, base / "confine.py")))
+        monkeypatch.setattr(confinement, "HELPER", Path(shutil.copy(confinement.HELPER, base / "namespace_helper.py")))
     return confined_as(prefix, base, base / "outside", script)
 
 

@@ -17,7 +17,7 @@ from typing import Dict, List, Tuple
 
 import pytest
 
-from chaosckpt.conductor.disk import crash, moves
+from chaosckpt.conductor.disk import crash, cross_device
 from chaosckpt.conductor.runs import confinement
 from chaosckpt.conductor.runs.runlog import ProcessLog, Save, _process
 
@@ -40,7 +40,7 @@ JOB = textwrap.dedent(
     rec.journal = fileops.Journal(rec.emit, [tmp for _, tmp in layouts], keep)  # ckpt/ joins when a file moves in
     fileops.install(rec.journal)
     interpose.install(rec)
-    moves.install(rec)
+    cross_device.install(rec)
     model = torch.nn.Linear(2, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     for ckpt, tmp in layouts:
@@ -115,7 +115,7 @@ def test_a_checkpoint_moved_in_from_a_temporary_file_is_found_journaled_and_lost
     assert [o["dst"] for o in log.ops if o["op"] == "rename" and o["dst"] == last] == [last, last]  # journaled there
     assert same.lost == {"last.ckpt": 0}  # renamed over, never fsynced: empty
     assert os.path.getsize(last) > 0
-    assert all(f.details["path"] != os.path.relpath(last, log.hello["cwd"]) for f in moves.became_copy(log, log_workdir(log)))
+    assert all(f.details["path"] != os.path.relpath(last, log.hello["cwd"]) for f in cross_device.became_copy(log, log_workdir(log)))
 
 
 def test_a_move_across_file_systems_that_became_a_copy_over_the_live_checkpoint_is_named(run):
@@ -129,7 +129,7 @@ def test_a_move_across_file_systems_that_became_a_copy_over_the_live_checkpoint_
     opens = [o for o in log.ops if o["op"] == "open" and o["path"] == last]
     assert [o["trunc"] and not o["created"] for o in opens] == [False, True]  # the second copy truncates it in place
     assert across.lost == {"last.ckpt": 0}
-    (finding,) = moves.became_copy(log, log_workdir(log))
+    (finding,) = cross_device.became_copy(log, log_workdir(log))
     assert finding.kind == "move-became-copy" and finding.details["path"] == "across/ckpt/last.ckpt"
     assert finding.details["predicted"] is False
     assert finding.details["save"] == 4 and "EXDEV" in finding.message and "TMPDIR" in finding.message
@@ -162,8 +162,8 @@ def test_a_move_in_from_the_job_s_tmpdir_is_foreseen_as_a_copy_when_the_user_s_t
          "copied": False, "over": False}]) for n in (1, 2)]
     log = ProcessLog(pid=1, hello={"cwd": str(box)}, saves=saves)
     monkeypatch.setattr(tempfile, "tempdir", str(shm))
-    (finding,) = moves.became_copy(log, tmp_path)
+    (finding,) = cross_device.became_copy(log, tmp_path)
     assert finding.details == {"path": "ckpt/last.ckpt", "save": 2, "step": 8, "predicted": True}
     assert f"yours, {shm}, is on another file system" in finding.message
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    assert moves.became_copy(log, tmp_path) == []  # the user's $TMPDIR beside the checkpoints: a rename
+    assert cross_device.became_copy(log, tmp_path) == []  # the user's $TMPDIR beside the checkpoints: a rename

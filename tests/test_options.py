@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from chaosckpt.conductor import api, config, options
+from chaosckpt.conductor import api, config, option_table
 from chaosckpt.conductor.commands import run as run_command, suite as suite_command
-from chaosckpt.conductor.results.plan import PlannedTrial
+from chaosckpt.conductor.results.suite_plan import PlannedTrial
 from chaosckpt.conductor.suite.runner import Suite
 from chaosckpt.conductor.suite.worker import from_spec as worker_from_spec
 from chaosckpt.conductor.trial.options import TrialOptions, from_spec
@@ -40,12 +40,12 @@ def _values(tmp_path: Path) -> dict:
 def _cli(values: dict) -> list:
     argv = []
     for name, value in values.items():
-        option = options.BY_NAME[name]
+        option = option_table.BY_NAME[name]
         if name == "command":
             continue
         if value is True:
             argv.append(option.flag)
-        elif isinstance(value, list) and option.schema is not options.ARGV:
+        elif isinstance(value, list) and option.schema is not option_table.ARGV:
             for v in value:
                 argv += [option.flag, str(v)]
         else:
@@ -61,7 +61,7 @@ def _comparable(opts: TrialOptions) -> dict:
 def _by_cli(tmp_path, values, argv_more=()):
     ctx = run_command.command.make_context("run", ["-s", "power-loss", *_cli(values), *argv_more, "--", *values["command"]])
     p = ctx.params
-    given = {k: v for k, v in p.items() if k in options.BY_NAME}
+    given = {k: v for k, v in p.items() if k in option_table.BY_NAME}
     return run_command.prepare(p["args"], p["scenario_name"], p["params"], p["config_path"], True, given)[1]
 
 
@@ -69,11 +69,11 @@ def test_every_option_reaches_the_trial_by_each_way_in(tmp_path, monkeypatch):
     values = _values(tmp_path)
     work = tmp_path / "work"
     monkeypatch.chdir(work)
-    assert set(values) | {"resume_command", "sweep"} | set(options.MULTI_NODE) == set(options.BY_NAME)
+    assert set(values) | {"resume_command", "sweep"} | set(option_table.MULTI_NODE) == set(option_table.BY_NAME)
 
     by_cli = _by_cli(tmp_path, values)
 
-    keywords = {options.BY_NAME[k].keyword: v for k, v in values.items() if k != "command"}
+    keywords = {option_table.BY_NAME[k].keyword: v for k, v in values.items() if k != "command"}
     scen, spec = api.prepare(values["command"][0], "power-loss", args=values["command"][1:], **keywords)
     assert scen.name == "power-loss"
     by_api = from_spec({**spec, "results_dir": str(tmp_path / "r")})
@@ -137,7 +137,7 @@ def test_help_version_and_usage_errors_import_no_torch():
             "for argv in (['--help'], ['--version'], ['run', '--help'], ['suite', '--help'], ['scenarios'], ['run']):\n"
             "    try:\n        cli.cli.main(argv, standalone_mode=False)\n    except BaseException:\n        pass\n"
             "print('torch' in sys.modules)")
-    env = {**os.environ, "PYTHONPATH": str(Path(options.__file__).parents[2])}
+    env = {**os.environ, "PYTHONPATH": str(Path(option_table.__file__).parents[2])}
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert res.stdout.strip().splitlines()[-1] == "False", res.stderr
 
@@ -145,4 +145,4 @@ def test_help_version_and_usage_errors_import_no_torch():
 def test_the_api_types_every_option_keyword_and_no_other():
     from chaosckpt.conductor import api
 
-    assert set(api.RunKeywords.__annotations__) == {o.keyword for o in options.OPTIONS}
+    assert set(api.RunKeywords.__annotations__) == {o.keyword for o in option_table.OPTIONS}

@@ -12,7 +12,7 @@ from torch import nn
 from chaosckpt.agent import held, manifest
 from chaosckpt.conductor.results.result import Finding
 from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog, Save
-from chaosckpt.conductor.trial import older_choice, restored_state, score, verdict
+from chaosckpt.conductor.trial import compare, older_choice, restored_state, verdict
 from chaosckpt.conductor.trial.faulted import Faulted
 
 
@@ -106,10 +106,10 @@ def test_a_state_that_differs_is_a_divergence_even_when_every_loss_matches():
     reference = _state(model, opt)
     resumed = copy.deepcopy(reference)
     resumed["buffers Sequential"]["buffers"]["1.running_mean"] = "00000000"
-    traj = score.trajectory(_log(reference, 4), _log(resumed, 0), 4, 0.0)
+    traj = compare.trajectory(_log(reference, 4), _log(resumed, 0), 4, 0.0)
     assert not traj.reproduced and traj.first_divergent_step == 5
     assert [f.kind for f in traj.findings] == ["buffers-not-restored"]
-    same = score.trajectory(_log(reference, 4), _log(copy.deepcopy(reference), 0), 4, 0.0)
+    same = compare.trajectory(_log(reference, 4), _log(copy.deepcopy(reference), 0), 4, 0.0)
     assert same.reproduced and same.findings == []
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog, Save
-from chaosckpt.conductor.trial import rng_capture, score
+from chaosckpt.conductor.trial import compare, rng_capture
 
 
 def step(n, loss, pfp=None, rng=None, digest=None, psum=None):
@@ -23,7 +23,7 @@ def run_with(steps, saves=()):
 
 REFERENCE = run_with([step(i, float(i), digest="d0" if i == 1 else None) for i in range(1, 31)],
                      saves=[(10, "d10"), (20, "d20"), (30, "d30")])
-TABLE = score.digest_table(REFERENCE)
+TABLE = compare.digest_table(REFERENCE)
 
 
 def resumed(first_digest, start, losses=None):
@@ -38,24 +38,24 @@ def test_digest_table_maps_saves_and_the_initial_state():
 
 
 def test_recovery_outcomes():
-    assert score.recovery(resumed("d20", 20), 0, "", 20, TABLE).outcome == "last-good"
-    older = score.recovery(resumed("d10", 10), 0, "", 20, TABLE)
+    assert compare.recovery(resumed("d20", 20), 0, "", 20, TABLE).outcome == "last-good"
+    older = compare.recovery(resumed("d10", 10), 0, "", 20, TABLE)
     assert (older.outcome, older.recovered_step) == ("older", 10)
-    assert score.recovery(resumed("d0", 0), 0, "", 20, TABLE).outcome == "scratch"
-    assert score.recovery(resumed("elsewhere", 20), 0, "", 20, TABLE).outcome == "unknown-state"
+    assert compare.recovery(resumed("d0", 0), 0, "", 20, TABLE).outcome == "scratch"
+    assert compare.recovery(resumed("elsewhere", 20), 0, "", 20, TABLE).outcome == "unknown-state"
 
 
 def test_a_resume_that_never_stepped_crashed_with_the_load_error():
     log = ProcessLog(pid=2, loads=[{"path": "/w/ckpt.pt", "ok": False, "error": "RuntimeError: failed finding central directory"}])
-    rec = score.recovery(RunLog([log]), 1, "last stderr line", 20, TABLE)
+    rec = compare.recovery(RunLog([log]), 1, "last stderr line", 20, TABLE)
     assert (rec.outcome, rec.error_path) == ("crashed", "/w/ckpt.pt")
     assert "central directory" in rec.error
-    bare = score.recovery(RunLog([]), 1, "ImportError: no module", 20, TABLE)
+    bare = compare.recovery(RunLog([]), 1, "ImportError: no module", 20, TABLE)
     assert (bare.outcome, bare.error) == ("crashed", "ImportError: no module")
 
 
 def test_identical_trajectory_is_reproduced():
-    traj = score.trajectory(REFERENCE, resumed("d20", 20).trainer(), 20, 0.0)
+    traj = compare.trajectory(REFERENCE, resumed("d20", 20).trainer(), 20, 0.0)
     assert traj.reproduced and traj.compared == 10 and traj.max_loss_diff == 0.0 and traj.findings == []
 
 
@@ -63,7 +63,7 @@ def test_first_divergent_step_and_largest_difference():
     losses = [float(i) for i in range(21, 31)]
     losses[3] += 0.25
     losses[6] += 0.5
-    traj = score.trajectory(REFERENCE, resumed("d20", 20, losses).trainer(), 20, 0.0)
+    traj = compare.trajectory(REFERENCE, resumed("d20", 20, losses).trainer(), 20, 0.0)
     assert not traj.reproduced
     assert traj.first_divergent_step == 24 and traj.max_loss_diff == 0.5
 
@@ -73,14 +73,14 @@ def test_tolerance_accepts_small_relative_differences_only():
     log = resumed("d20", 20, losses).trainer()
     for s in log.steps:
         s["psum"] = s["loss"][0]
-    assert not score.trajectory(REFERENCE, log, 20, 0.0).reproduced
-    assert score.trajectory(REFERENCE, log, 20, 1e-6).reproduced
-    assert not score.trajectory(REFERENCE, log, 20, 1e-9).reproduced
+    assert not compare.trajectory(REFERENCE, log, 20, 0.0).reproduced
+    assert compare.trajectory(REFERENCE, log, 20, 1e-6).reproduced
+    assert not compare.trajectory(REFERENCE, log, 20, 1e-9).reproduced
 
 
 def test_a_resume_that_runs_longer_does_not_reproduce():
     log = resumed("d20", 20, [float(i) for i in range(21, 31)] + [99.0])
-    traj = score.trajectory(REFERENCE, log.trainer(), 20, 0.0)
+    traj = compare.trajectory(REFERENCE, log.trainer(), 20, 0.0)
     assert not traj.reproduced and traj.first_divergent_step == 31
     assert [f.kind for f in traj.findings] == ["step-count-differs"]
 
@@ -88,22 +88,22 @@ def test_a_resume_that_runs_longer_does_not_reproduce():
 def test_only_streams_the_loop_draws_from_are_reported():
     log = resumed("d20", 20, [float(i) + 1 for i in range(21, 31)]).trainer()
     log.steps[0]["rng"] = {"torch": "wrong", "python": "also-different"}
-    findings = score.trajectory(REFERENCE, log, 20, 0.0).findings
+    findings = compare.trajectory(REFERENCE, log, 20, 0.0).findings
     assert [(f.kind, f.details["stream"]) for f in findings] == [("rng-not-restored", "torch")]
 
 
 def test_baseline_divergence():
     same = run_with([step(i, float(i)) for i in range(1, 16)])
-    assert score.baseline_divergence(same, REFERENCE, 0.0) is None
+    assert compare.baseline_divergence(same, REFERENCE, 0.0) is None
     other = run_with([step(i, float(i) + (i >= 5)) for i in range(1, 16)])
-    assert score.baseline_divergence(other, REFERENCE, 0.0) == 5
+    assert compare.baseline_divergence(other, REFERENCE, 0.0) == 5
 
 
 def test_fault_point_is_the_step_of_the_interrupted_save():
     log = run_with([step(i, float(i)) for i in range(1, 21)], saves=[(10, "a"), (20, "b")])
     log.saves[1].ok = None
     log.fault = {"save": 2, "ts": 3.0}
-    proc, at = score.fault_point(RunLog([run_with([]), log]))
+    proc, at = compare.fault_point(RunLog([run_with([]), log]))
     assert proc is log and at == 20
 
 
@@ -128,7 +128,7 @@ def _restored_as_saved(resumed_fetch=None, reference_fetch=None, rng_restored=Tr
     for run, size, at, ts in passes:
         (ref if run == "reference" else log).passes.append({"sampler": "RandomSampler", "size": size, "step": at,
                                                             "ts": ts, "complete": True})
-    return [(f.kind, f.details["stream"]) for f in score.trajectory(ref, log, 20, 0.0).findings]
+    return [(f.kind, f.details["stream"]) for f in compare.trajectory(ref, log, 20, 0.0).findings]
 
 
 def test_draws_between_the_capture_and_the_next_step_are_told_by_which_run_made_them():
@@ -176,7 +176,7 @@ def test_rng_states_missing_is_one_finding_naming_every_stream_of_every_save():
                     content=checkpoint_content.findings(contents, streams=drawn))
 
     log = ProcessLog(pid=1, saves=[save(1, ["python"]), save(2, ["python", "torch"]), save(3, ["python", "torch"])])
-    [found] = [f for f in score.content_findings(log) if f.kind == "rng-states-missing"]
+    [found] = [f for f in compare.content_findings(log) if f.kind == "rng-states-missing"]
     assert found.details["saves"] == [1, 2, 3] and found.details["streams"] == ["python", "torch"]
     assert found.message.startswith("this checkpoint carries no RNG state; the loop draws from 2 streams (python, "
                                     "torch): ")

@@ -9,7 +9,7 @@ import pytest
 from chaosckpt.conductor.runs import exits, launcher, logcap
 from chaosckpt.conductor.runs.launcher import RunSpec
 from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog
-from chaosckpt.conductor.trial import score
+from chaosckpt.conductor.trial import compare
 
 NOISY = """
 import sys
@@ -32,7 +32,7 @@ def test_a_job_writing_40_mb_to_stderr_leaves_a_capped_log_with_its_head_its_tai
             f"{logcap.TAIL} bytes are kept]\n").encode()
     assert len(data) == logcap.HEAD + len(note) + logcap.TAIL
     assert data.startswith(b"first line\n") and note in data and data.endswith(b"the last words\n")
-    assert score.tail_line(result.stderr) == "the last words"
+    assert compare.tail_line(result.stderr) == "the last words"
 
 
 def test_a_short_log_is_kept_whole(tmp_path):

@@ -148,7 +148,7 @@ def test_a_killed_suites_shared_sandbox_is_removed_by_clean_with_the_trials_own_
 
 
 def test_a_suite_groups_the_kills_power_losses_and_sweeps_of_one_save_and_replays_a_sweep_with_its_flag(tmp_path):
-    from chaosckpt.conductor.results.plan import Plan, PlannedTrial
+    from chaosckpt.conductor.results.suite_plan import Plan, PlannedTrial
     from chaosckpt.conductor.suite.runner import Suite
 
     trials = [PlannedTrial("kill", "kill9-mid-save", {"save": 2}), PlannedTrial("op", "power-loss", {"save": 2, "op": 3}),
@@ -178,7 +178,7 @@ def test_a_kill_in_a_save_written_on_a_background_thread_gets_a_faulted_run_of_i
                        thread="AsyncCheckpointExecutor_0")]
     monkeypatch.setattr(shared, "_record", lambda stored: SimpleNamespace(events=str(tmp_path)))
     monkeypatch.setattr(shared.RunLog, "read", lambda path: SimpleNamespace(ops=lambda: []))
-    monkeypatch.setattr(shared.score, "fault_point", lambda log: (proc, 16))
+    monkeypatch.setattr(shared.compare, "fault_point", lambda log: (proc, 16))
     monkeypatch.setattr(shared.crash.Disk, "from_dict", lambda d: crash.Disk([str(tmp_path)]))
     monkeypatch.setattr(shared, "_crash_state", lambda *args: pytest.fail("rebuilt from the shared run"))
     ctx = SimpleNamespace(opts=SimpleNamespace(sweep=False), scenario=SimpleNamespace(

@@ -29,7 +29,7 @@ def _strings(node: ast.AST) -> list:
     return []
 
 
-PASSED_ON = {("score.py", "kind")}
+PASSED_ON = {("compare.py", "kind")}
 """Finding sites whose kind is a loop variable over constants typed ``FindingKind`` elsewhere (``rng_capture``)."""
 
 

@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, TypedDict, Union
 
-from chaosckpt.conductor import config as configs, faults, options, scenario as scenarios
+from chaosckpt.conductor import config as configs, faults, option_table, scenario as scenarios
 from chaosckpt.conductor.errors import UsageError
 from chaosckpt.conductor.results import atomic
 from chaosckpt.conductor.results.result import Trial, document
@@ -32,7 +32,7 @@ PathLike = Union[str, Path]
 
 class RunKeywords(TypedDict, total=False):
     """The types of ``run``'s option keywords, for a user's type checker; their names, help and checks come from
-    ``options.OPTIONS`` (a test keeps the two the same)."""
+    ``option_table.OPTIONS`` (a test keeps the two the same)."""
 
     args: Sequence[str]
     resume_args: Command
@@ -93,8 +93,8 @@ def run(job: Command, scenario: str = faults.DEFAULT_SCENARIO, *, params: Option
 
 def prepare(job: Command, scenario: str = faults.DEFAULT_SCENARIO, *, params: Optional[Dict[str, Any]] = None,
             config: Union[str, Path, None] = None, **keywords: Unpack[RunKeywords]) -> Tuple[scenarios.Scenario, Dict[str, Any]]:
-    """The scenario and the trial's options (as ``options.trial_spec``) that ``run``'s arguments ask for."""
-    values = options.from_api(keywords)
+    """The scenario and the trial's options (as ``option_table.trial_spec``) that ``run``'s arguments ask for."""
+    values = option_table.from_api(keywords)
     values["command"] = (*_argv(job), *(values.get("command") or ()))
     workdir = (values.get("workdir") or Path(".")).resolve()
     if not workdir.is_dir():
@@ -106,8 +106,8 @@ def prepare(job: Command, scenario: str = faults.DEFAULT_SCENARIO, *, params: Op
     scen = scenarios.load(scenario, dict(params or {}))
     sweep = bool(keywords.get("sweep"))
     faults.check_sweep(scen, sweep)
-    return scen, options.trial_spec(conf, workdir, workdir, sweep=sweep)
+    return scen, option_table.trial_spec(conf, workdir, workdir, sweep=sweep)
 
 
 run.__doc__ = (run.__doc__ or "") + "\n" + "\n".join(
-    f"    ``{o.keyword}``: {o.help}" for o in options.OPTIONS if o.keyword not in ("args",)) + "\n"
+    f"    ``{o.keyword}``: {o.help}" for o in option_table.OPTIONS if o.keyword not in ("args",)) + "\n"

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from chaosckpt.conductor import options
+from chaosckpt.conductor import option_table
 from chaosckpt.conductor.errors import UsageError, shown
 from chaosckpt.conductor.runs import horizon as horizons
 
@@ -103,7 +103,7 @@ _ENTRY: Dict[str, Any] = {
             "scenario": {"type": "string", "minLength": 1, "x-message": "{where} must be a scenario name or file, got {got}"},
             "params": {"type": "object", "x-message": "{where} must be a table of parameters, e.g. {save = 3, fraction = 0.9}"},
             "id": {"type": "string", "pattern": "\\S", "x-message": "{where} must be a non-empty string, got {got}"},
-            "sweep": {**options.FLAG, "description": "Crash after every operation of the save in turn (chaosckpt run --sweep)."},
+            "sweep": {**option_table.FLAG, "description": "Crash after every operation of the save in turn (chaosckpt run --sweep)."},
         },
         "additionalProperties": False,
     },
@@ -111,10 +111,10 @@ _ENTRY: Dict[str, Any] = {
 SUITE_KEYS: Dict[str, Any] = {
     "scenarios": {"description": "The suite's trials: scenario names or files, or tables {scenario, params, id, sweep}.",
                   "type": "array", "minItems": 1, "items": _ENTRY, "x-message": "{where} must be a non-empty list of scenarios"},
-    "jobs": {"description": "Trials run in parallel.", **options.whole(1)},
-    "trials": {"description": "Trials of each scenario at seeded random fault points.", **options.whole(0)},
-    "seed": {"description": "Seed of the random fault points.", **options.whole()},
-    "share": {"description": "Trials faulting the same save share one faulted run.", **options.FLAG},
+    "jobs": {"description": "Trials run in parallel.", **option_table.whole(1)},
+    "trials": {"description": "Trials of each scenario at seeded random fault points.", **option_table.whole(0)},
+    "seed": {"description": "Seed of the random fault points.", **option_table.whole()},
+    "share": {"description": "Trials faulting the same save share one faulted run.", **option_table.FLAG},
     "executor": {"description": "Where trials run: on this machine, or each as a Slurm job.", "enum": ["local", "slurm"],
                  "x-message": "{where} must be \"local\" or \"slurm\", got {got}"},
     "slurm": {
@@ -122,19 +122,19 @@ SUITE_KEYS: Dict[str, Any] = {
         "type": "object", "x-message": "{where} must be a table such as {partition = \"gpu\", time = \"01:00:00\"}",
         "additionalProperties": False,
         "properties": {
-            "partition": {**options.TEXT, "description": "sbatch --partition"},
-            "nodes": {**options.whole(1), "description": "sbatch --nodes"},
-            "gpus": {**options.whole(0), "description": "sbatch --gpus"},
-            "cpus": {**options.whole(1), "description": "sbatch --cpus-per-task"},
-            "time": {**options.TEXT, "description": "sbatch --time, e.g. \"01:00:00\""},
-            "mem": {**options.TEXT, "description": "sbatch --mem, e.g. \"16G\""},
-            "account": {**options.TEXT, "description": "sbatch --account"},
-            "qos": {**options.TEXT, "description": "sbatch --qos"},
-            "args": {**options.ARGV, "description": "More sbatch options, as written"},
+            "partition": {**option_table.TEXT, "description": "sbatch --partition"},
+            "nodes": {**option_table.whole(1), "description": "sbatch --nodes"},
+            "gpus": {**option_table.whole(0), "description": "sbatch --gpus"},
+            "cpus": {**option_table.whole(1), "description": "sbatch --cpus-per-task"},
+            "time": {**option_table.TEXT, "description": "sbatch --time, e.g. \"01:00:00\""},
+            "mem": {**option_table.TEXT, "description": "sbatch --mem, e.g. \"16G\""},
+            "account": {**option_table.TEXT, "description": "sbatch --account"},
+            "qos": {**option_table.TEXT, "description": "sbatch --qos"},
+            "args": {**option_table.ARGV, "description": "More sbatch options, as written"},
         },
     },
 }
-SCHEMA = options.config_schema(SUITE_KEYS)
+SCHEMA = option_table.config_schema(SUITE_KEYS)
 """What a configuration file may hold, as JSON Schema (shipped as ``results/schemas/config.schema.json``)."""
 KEYS = tuple(SCHEMA["properties"])
 """The keys a configuration file may hold; ``source`` is chaosckpt's own."""
@@ -156,7 +156,7 @@ def _validator() -> Any:
 
 def _where(path: Sequence[Any], prefix: str, flags: bool) -> str:
     if flags:
-        option = options.BY_NAME.get(str(path[0]))
+        option = option_table.BY_NAME.get(str(path[0]))
         return option.flag if option is not None else f"--{str(path[0]).replace('_', '-')}"
     return prefix + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
 
@@ -213,16 +213,16 @@ def _value(key: str, value: Any, base: Path, name: str) -> Any:
         return tuple(ScenarioEntry(item) if isinstance(item, str) else
                      ScenarioEntry(item["scenario"], dict(item.get("params", {})), item.get("id"), item.get("sweep", False))
                      for item in value)
-    schema = options.BY_NAME[key].schema if key in options.BY_NAME else None
-    if schema is options.ARGV:
+    schema = option_table.BY_NAME[key].schema if key in option_table.BY_NAME else None
+    if schema is option_table.ARGV:
         return _as_argv(name, value)
     if key == "ignore":
-        return options.finding_kinds(name, value)
+        return option_table.finding_kinds(name, value)
     if key in ("exclude", "ckpt_dirs"):
         return tuple(Path(v) if key == "exclude" else v for v in value)
-    if schema is options.PATHS:
+    if schema is option_table.PATHS:
         return tuple(base / v for v in value)
-    if schema is options.PATH:
+    if schema is option_table.PATH:
         return base / value
     return value
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
 
 import click
 
-from chaosckpt.conductor import config as configs, faults, options, scenario as scenarios
+from chaosckpt.conductor import config as configs, faults, option_table, scenario as scenarios
 from chaosckpt.conductor.errors import EXIT_CODES, UsageError, exit_code, printable
 from chaosckpt.conductor.nodes import cluster as clusters
 from chaosckpt.conductor.results import atomic
@@ -39,7 +39,7 @@ def _refuse_unfit(scen: scenarios.Scenario, conf: configs.SuiteConfig, workdir: 
               help="Built-in scenario name (see `chaosckpt scenarios`) or a scenario TOML file.")
 @click.option("-p", "--param", "params", multiple=True, metavar="KEY=VALUE",
               help="Override a scenario parameter, e.g. -p save=3 -p fraction=0.25 -p write=5.")
-@options.click_options("run")
+@option_table.click_options("run")
 @click.option("--config", "config_path", type=click.Path(path_type=Path), metavar="FILE",
               help="chaosckpt.toml or pyproject.toml to read (default: the nearest one from here up), as suite does.")
 @click.option("--json", "as_json", is_flag=True, help="Print only the result document, as JSON, on stdout.")
@@ -88,10 +88,10 @@ def command(args, scenario_name, params, config_path, as_json, **given):
 def prepare(args: Tuple[str, ...], scenario_name: str, params: Tuple[str, ...], config_path: Optional[Path],
             as_json: bool, given: Dict[str, Any]) -> Tuple[scenarios.Scenario, TrialOptions]:
     """The scenario and the trial's options the command line asks for (``given``: the options of
-    ``options.click_options``), on top of the configuration file; the results folder is made."""
+    ``option_table.click_options``), on top of the configuration file; the results folder is made."""
     from chaosckpt.conductor.trial.options import from_spec
 
-    conf = configs.with_command_line(config_path, Path.cwd(), command=tuple(args) or None, **options.from_cli(given))
+    conf = configs.with_command_line(config_path, Path.cwd(), command=tuple(args) or None, **option_table.from_cli(given))
     workdir = conf.workdir.resolve()
     if not workdir.is_dir():
         raise UsageError(f"--workdir {workdir} is not a directory")
@@ -99,6 +99,6 @@ def prepare(args: Tuple[str, ...], scenario_name: str, params: Tuple[str, ...], 
     faults.check_sweep(scen, bool(given["sweep"]))
     base = Path(conf.source).parent if conf.source and not args else None
     _refuse_unfit(scen, conf, workdir, base)
-    spec = options.trial_spec(conf, workdir, base, sweep=bool(given["sweep"]))
+    spec = option_table.trial_spec(conf, workdir, base, sweep=bool(given["sweep"]))
     results = invocation.results_dir(conf.results, scen.name)
     return scen, from_spec({**spec, "results_dir": str(results)}, progress.wanted(as_json))

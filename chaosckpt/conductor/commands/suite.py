@@ -14,12 +14,12 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import click
 
-from chaosckpt.conductor import config as configs, faults, options, scenario as scenarios
+from chaosckpt.conductor import config as configs, faults, option_table, scenario as scenarios
 from chaosckpt.conductor.commands import report as report_command
 from chaosckpt.conductor.errors import EXIT_CODES, ExitCode, UsageError, exit_code, printable, shown
 from chaosckpt.conductor.results import atomic, history, stored, timestamps
 from chaosckpt.conductor.results.envelope import envelope
-from chaosckpt.conductor.results.plan import Plan, PlannedTrial, load_plan, scenario_label, trial_ids
+from chaosckpt.conductor.results.suite_plan import Plan, PlannedTrial, load_plan, scenario_label, trial_ids
 from chaosckpt.conductor.results.result import document
 from chaosckpt.conductor.runs import cache, invocation, leftovers, locks, logcap
 from chaosckpt.conductor.suite import executors, keywords
@@ -69,13 +69,13 @@ def _new_plan(conf: configs.SuiteConfig, from_cli: bool, params: Dict[str, Any])
     workdir = conf.workdir.resolve()
     if not workdir.is_dir():
         raise UsageError(f"workdir {conf.workdir} is not a directory")
-    multi_node = [name for name in options.MULTI_NODE if getattr(conf, name) is not None]
+    multi_node = [name for name in option_table.MULTI_NODE if getattr(conf, name) is not None]
     if multi_node:
         raise UsageError(f"{multi_node[0]} is for chaosckpt run: a suite runs its shared reference on this machine; "
                          "run each multi-node trial with chaosckpt run --nnodes")
     job, args = _job(conf, from_cli, workdir)
     ranks = invocation.known_ranks(job, conf.nproc)
-    spec = options.trial_spec(conf, workdir, None if from_cli or conf.source is None else Path(conf.source).parent)
+    spec = option_table.trial_spec(conf, workdir, None if from_cli or conf.source is None else Path(conf.source).parent)
     command, resume = spec["command"], spec["resume_command"]
     if conf.resume_command is not None:
         resume_option = [f"--resume-cmd={shlex.join(conf.resume_command)}"]
@@ -171,7 +171,7 @@ def _line(item: Finished) -> str:
 @click.option("-s", "--scenario", "scenario_names", multiple=True, metavar="NAME|FILE.toml",
               help="Run these scenarios instead of the configured ones (repeatable; default: all built-in ones).")
 @click.option("-p", "--param", "params", multiple=True, metavar="KEY=VALUE", help="Override a parameter of every scenario.")
-@options.click_options("suite")
+@option_table.click_options("suite")
 @click.option("-j", "--jobs", type=int, default=None,
               help="Trials run in parallel (default 1; with --executor slurm, all: the cluster's queue decides).")
 @click.option("--trials", type=int, default=None, metavar="N", help="Run N trials of each scenario at seeded random fault points.")
@@ -213,7 +213,7 @@ def command(args, config_path, scenario_names, params, jobs, trials, seed, share
     conf = configs.with_command_line(
         config_path, Path.cwd(), command=tuple(args) or None, jobs=jobs, trials=trials, seed=seed,
         scenarios=tuple(configs.ScenarioEntry(n) for n in scenario_names) or None, share=share, executor=executor,
-        **options.from_cli(given))
+        **option_table.from_cli(given))
     if keyword is not None:
         keywords.matcher(keyword)  # a malformed expression is refused before anything runs
     if resume_suite:

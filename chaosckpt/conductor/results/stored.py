@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Mapping, Optional
 
 from chaosckpt.conductor.errors import UsageError
 from chaosckpt.conductor.results import atomic, timestamps
-from chaosckpt.conductor.results.plan import Plan, load_plan, other_format, stored_trial, trial_dir
+from chaosckpt.conductor.results.suite_plan import Plan, load_plan, other_format, stored_trial, trial_dir
 from chaosckpt.conductor.results.result import Finding, RunRecord, Trial
 from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog
 

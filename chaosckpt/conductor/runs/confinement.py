@@ -1,10 +1,10 @@
 """Where a run may write, and the command that holds it there.
 
-Each run starts through ``confine.py`` with no capability, in PID, IPC, UTS and
+Each run starts through ``namespace_helper.py`` with no capability, in PID, IPC, UTS and
 cgroup namespaces of its own where the machine allows them, and a mount namespace
 where only its sandbox, its events folder and the sandbox's layers can be written
 (``/sys`` included); where bubblewrap is installed it builds the namespaces, and
-``confine.py`` only the overlays. ``/tmp``,
+``namespace_helper.py`` only the overlays. ``/tmp``,
 ``/dev/shm`` and every mapped folder outside the working directory are overlays
 whose writes land in the layers (``<sandbox>.layers``), next to the sandbox, so
 the faulted run and its resume share them as they share the sandbox. Where no
@@ -27,10 +27,10 @@ from typing import Dict, Iterable, List, Literal, Optional, Sequence, Tuple
 
 from chaosckpt import protocol
 from chaosckpt.conductor.errors import UsageError
-from chaosckpt.conductor.runs import confine, logcap
+from chaosckpt.conductor.runs import logcap, namespace_helper
 from chaosckpt.conductor.runs.runlog import RunLog
 
-HELPER = Path(__file__).resolve().with_name("confine.py")
+HELPER = Path(__file__).resolve().with_name("namespace_helper.py")
 PYTHON = sys.executable
 """The interpreter that runs the helper, outside the namespaces and again inside bubblewrap's: standard library only."""
 INPUTS = "inputs.json"
@@ -44,7 +44,7 @@ JOB_TMPDIR = "/tmp/chaosckpt"
 """The job's ``TMPDIR`` in the namespace: a link in the private ``/tmp`` to ``TMP``, short enough for the
 AF_UNIX sockets multiprocessing makes there (108 bytes), which the sandbox's own path may not be."""
 Mode = Literal["bubblewrap", "namespaces", "agent"]
-"""What held a run: bubblewrap (with ``confine.py`` inside), ``confine.py``'s own namespaces, or only the agent."""
+"""What held a run: bubblewrap (with ``namespace_helper.py`` inside), ``namespace_helper.py``'s own namespaces, or only the agent."""
 CACHES = ("~/.cache",)
 """Folders libraries write behind the job's back (Hugging Face, torch hub, pip): overlaid when they exist."""
 _OUTSIDE = (
@@ -122,7 +122,7 @@ def _spec(cwd: Path, log_dir: Path, maps: Sequence[str], instance: str, pids: bo
     inputs = [{"target": str(cwd / rel), "source": real} for rel, real in bound_inputs(cwd).items()]
     spec = {"cwd": str(cwd), "writable": [str(cwd), str(lay), str(log_dir)], "maps": overlays, "inputs": inputs,
             "pids": pids, "bwrap": bwrap, "conductor_env": protocol.ENV_CONDUCTOR}
-    path = lay / instance / "confine.json"
+    path = lay / instance / "namespace_helper.json"
     path.write_text(json.dumps(spec, indent=2) + "\n")
     return path
 
@@ -197,7 +197,7 @@ def refused_writes(events_dir: Path, allowed: Iterable[Path]) -> List[str]:
     """Paths outside ``allowed`` whose writes the system refused, as the agent reported them (``refused`` events):
     each one, whether the job died of it or caught it. The kernel's own file systems (``/proc``, ``/sys``,
     ``/dev``) hold no file of the user's: a write refused there is the job's business."""
-    allowed = [*allowed, *map(Path, confine.VIRTUAL)]
+    allowed = [*allowed, *map(Path, namespace_helper.VIRTUAL)]
     try:
         paths = RunLog.read(events_dir).refused()
     except (OSError, protocol.ProtocolError):
@@ -210,10 +210,10 @@ def refuse_outside(returncode: Optional[int], stderr: Path, allowed: Iterable[Pa
     """A usage error when a run wrote outside ``allowed`` (the agent's ``refused`` events in ``events_dir``; for
     writes it cannot see, such as a shell's, the failed run's error output), or could not be confined at all
     (a mapped folder overlayfs refuses, an input bubblewrap cannot bind): the trial cannot go on."""
-    if returncode == confine.UNCONFINED:
+    if returncode == namespace_helper.UNCONFINED:
         lines = logcap.tail(stderr, 20000).splitlines()
         for at, text in enumerate(lines):
-            if text.startswith(confine.FAILED):
+            if text.startswith(namespace_helper.FAILED):
                 said = [line for line in lines[:at] if line.startswith("bwrap: ")]
                 raise UsageError(text[len("chaosckpt: "):] + (f" ({said[-1]})" if said else ""))
     allowed = list(allowed)

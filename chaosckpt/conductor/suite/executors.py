@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from chaosckpt.conductor.errors import UsageError
 from chaosckpt.conductor.results import atomic
-from chaosckpt.conductor.results.plan import scenario_label
+from chaosckpt.conductor.results.suite_plan import scenario_label
 from chaosckpt.conductor.runs import launcher, leftovers, slurm
 
 EXECUTORS = ("local", "slurm")

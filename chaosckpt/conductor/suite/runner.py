@@ -32,7 +32,7 @@ from typing import Any, Callable, Dict, List, Optional, Set
 from chaosckpt.conductor import scenario as scenarios
 from chaosckpt.conductor.errors import UsageError
 from chaosckpt.conductor.results import atomic
-from chaosckpt.conductor.results.plan import Plan, PlannedTrial, load_plan, stored_trial, trial_dir
+from chaosckpt.conductor.results.suite_plan import Plan, PlannedTrial, load_plan, stored_trial, trial_dir
 from chaosckpt.conductor.runs import cache, horizon, launcher, sandbox
 from chaosckpt.conductor.suite import executors
 from chaosckpt.conductor.runs.runlog import RunLog

@@ -12,7 +12,7 @@ from chaosckpt.conductor.results.result import FaultRecord, Finding, Outcome
 from chaosckpt.conductor.runs import exits
 from chaosckpt.conductor.runs.launcher import RunResult
 from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog, Save
-from chaosckpt.conductor.trial import score
+from chaosckpt.conductor.trial import compare
 from chaosckpt.conductor.trial.arm import Armed
 from chaosckpt.conductor.trial.context import Context, rel
 from chaosckpt.conductor.trial.fault_files import file_states, files_after_fault
@@ -60,7 +60,7 @@ def faulted(ctx: Context, armed: Armed, reference: RunLog) -> Faulted:
     if not log.agent_loaded:
         raise Stop("agent-not-loaded", "no event came from the faulted run: "
                    + exits.ended(result.returncode, result.duration_s, result.stderr))
-    proc, step = score.fault_point(log)
+    proc, step = compare.fault_point(log)
     if proc is None:
         ended = "reached its horizon" if result.stopped else f"finished (status {result.returncode})"
         raise Stop(

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
 from chaosckpt.conductor.results.result import CrashPointRecord, FaultRecord, Finding, Outcome, RankRecord
-from chaosckpt.conductor.trial.score import Trajectory
+from chaosckpt.conductor.trial.compare import Trajectory
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from typing import Dict, List, Optional, Tuple
 
 from chaosckpt.conductor.results.result import Finding, RankRecord
 from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog
-from chaosckpt.conductor.trial import coverage, score
+from chaosckpt.conductor.trial import compare, coverage
 from chaosckpt.conductor.trial.measured import Measured
 
 
@@ -70,18 +70,18 @@ def _position(proc: Optional[ProcessLog], start: Optional[int]) -> Dict:
 def verdicts(reference: RunLog, faulted: RunLog, resume: RunLog, resume_rc: Optional[int], stderr_tail: str,
              good: Optional[int], tolerance: float) -> List[RankVerdict]:
     """One verdict per rank of the job."""
-    table = score.digest_table(*faulted.processes, *reference.processes)
+    table = compare.digest_table(*faulted.processes, *reference.processes)
     ref_ranks = reference.ranks()
     resumed = resume.ranks()
     world = max(reference.world_size(), resume.world_size())
     out = []
     for rank in range(world):
         own = RunLog([p for p in resume.processes if (p.rank or 0) == rank])
-        rec = score.recovery(own, resume_rc, stderr_tail, good, table)
+        rec = compare.recovery(own, resume_rc, stderr_tail, good, table)
         proc = resumed.get(rank)
         traj = None
         if rec.recovered_step is not None and proc is not None and rank in ref_ranks:
-            traj = score.trajectory(ref_ranks[rank], proc, rec.recovered_step, tolerance)
+            traj = compare.trajectory(ref_ranks[rank], proc, rec.recovered_step, tolerance)
         out.append(RankVerdict(
             rank=rank,
             outcome=rec.outcome,

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import NamedTuple, Tuple
 
-from chaosckpt.conductor.disk import moves
+from chaosckpt.conductor.disk import cross_device
 from chaosckpt.conductor.results.result import Finding, RunRecord
 from chaosckpt.conductor.runs import cache, confinement, diskspace, exits, horizon, preflight
 from chaosckpt.conductor.runs.runlog import RunLog
-from chaosckpt.conductor.trial import async_saves, score
+from chaosckpt.conductor.trial import async_saves, compare
 from chaosckpt.conductor.trial.context import Context
 from chaosckpt.conductor.trial.options import Stop
 from chaosckpt.conductor.trial.plan import run_stop
@@ -54,7 +54,7 @@ def reference(ctx: Context) -> Reference:
         raise Stop(
             "reference-failed",
             f"the uninterrupted run exited with status {record.returncode}: "
-            f"{score.crash_line(log, stderr) or 'no error output'} (see {stderr})",
+            f"{compare.crash_line(log, stderr) or 'no error output'} (see {stderr})",
         )
     return Reference(record, log, () if at_exit is None else (at_exit,))
 
@@ -77,6 +77,6 @@ def judged(ref: Reference, workdir: Path) -> Reference:
     """The reference with what its events alone say about the job: what its checkpoints hold, its losses, a
     move of a checkpoint that became a copy."""
     trainer = ref.log.trainer()
-    found = [*score.content_findings(trainer), *score.loss_findings(trainer), *moves.became_copy(trainer, workdir),
+    found = [*compare.content_findings(trainer), *compare.loss_findings(trainer), *cross_device.became_copy(trainer, workdir),
              *async_saves.unfinished_at_exit(ref.log.saver())]
     return ref._replace(findings=ref.findings + tuple(found))

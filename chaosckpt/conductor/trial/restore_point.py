@@ -14,7 +14,7 @@ from typing import List, Optional, Tuple
 
 from chaosckpt.conductor.results.result import Finding
 from chaosckpt.conductor.runs.runlog import Event, ProcessLog, RunLog
-from chaosckpt.conductor.trial.score import DigestTable
+from chaosckpt.conductor.trial.compare import DigestTable
 
 
 def _saved(table: DigestTable, digest: Optional[str]) -> bool:

@@ -10,7 +10,7 @@ from chaosckpt.conductor.results.result import Trial
 from chaosckpt.conductor.runs import preflight, sandbox
 from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog
 from chaosckpt.conductor.scenario import Scenario
-from chaosckpt.conductor.trial import assembly, async_saves, score, shared
+from chaosckpt.conductor.trial import assembly, async_saves, compare, shared
 from chaosckpt.conductor.trial.aftermath import aftermath
 from chaosckpt.conductor.trial.arm import Armed, arm
 from chaosckpt.conductor.trial.context import Context
@@ -73,7 +73,7 @@ class TrialRunner:
     def _carried_on(self, ref: ProcessLog, armed: Armed, run: Faulted) -> bool:
         """The ending of a job that carried on past its fault: its own run judged, then a later resume."""
         measured = survived(self.ctx, ref, run)
-        measured, later = later_resume(self.ctx, armed, measured, score.digest_table(run.proc, ref))
+        measured, later = later_resume(self.ctx, armed, measured, compare.digest_table(run.proc, ref))
         self.steps.measured = measured.found(*async_saves.unobserved_error(run.proc, armed.shown, later))
         return survivor_met(self.ctx, self.steps.measured)
 

@@ -10,7 +10,7 @@ from chaosckpt.conductor.disk import copies
 from chaosckpt.conductor.results.result import Finding
 from chaosckpt.conductor.runs import exits
 from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog
-from chaosckpt.conductor.trial import older_choice, provenance, ranks, restore_point, score
+from chaosckpt.conductor.trial import compare, older_choice, provenance, ranks, restore_point
 from chaosckpt.conductor.trial.aftermath import lost_checkpoint
 from chaosckpt.conductor.trial.arm import Armed
 from chaosckpt.conductor.trial.context import Context, rel, rel_text
@@ -42,15 +42,15 @@ def score_trial(ctx: Context, reference: RunLog, armed: Armed, run: Faulted, res
     measured = recovered(ctx, ref, armed, run, resumed)
     if before_load:
         measured = measured.found(restore_point.before_load(before_load))
-    baseline = score.baseline_divergence(run.log.trainer() or run.proc, ref, ctx.opts.tolerance)
+    baseline = compare.baseline_divergence(run.log.trainer() or run.proc, ref, ctx.opts.tolerance)
     if baseline is not None:
         measured = measured.found(_nondeterministic(baseline))
     resume_trainer = resumed.log.trainer()
     if measured.recovered_step is not None and resume_trainer is not None:
-        measured = measured.traced(score.trajectory(ref, resume_trainer, measured.recovered_step, ctx.opts.tolerance))
+        measured = measured.traced(compare.trajectory(ref, resume_trainer, measured.recovered_step, ctx.opts.tolerance))
     result = resumed.result
     measured, ok = ranks.judge(measured, reference, run.log, resumed.log, result.returncode,
-                               score.crash_line(resumed.log, result.stderr), ctx.opts.tolerance)
+                               compare.crash_line(resumed.log, result.stderr), ctx.opts.tolerance)
     stop = None
     if result.timed_out:
         if ok and not any(f.kind == "ranks-disagree" for f in measured.findings):
@@ -63,17 +63,17 @@ def score_trial(ctx: Context, reference: RunLog, armed: Armed, run: Faulted, res
 
 def _from_restore(reference: RunLog, run: Faulted, resumed: Resumed) -> Tuple[Resumed, int]:
     """The resume as from its restore point (``restore_point``), and the steps its trainer took before it."""
-    table = score.digest_table(run.proc, *run.log.processes, *reference.processes)
+    table = compare.digest_table(run.proc, *run.log.processes, *reference.processes)
     log, before = restore_point.after_restore(resumed.log, table)
     return (dataclasses.replace(resumed, log=log), before) if before else (resumed, 0)
 
 
 def recovered(ctx: Context, ref: ProcessLog, armed: Armed, run: Faulted, resumed: Resumed) -> Measured:
     """Which checkpoint the resumed job started from, the work lost, and what the fault did to the files."""
-    table = score.digest_table(run.proc, run.log.trainer(), ref)
+    table = compare.digest_table(run.proc, run.log.trainer(), ref)
     result = resumed.result
-    crash = score.crash_line(resumed.log, result.stderr)
-    rec = score.recovery(resumed.log, result.returncode, crash, run.last_good, table)
+    crash = compare.crash_line(resumed.log, result.stderr)
+    rec = compare.recovery(resumed.log, result.returncode, crash, run.last_good, table)
     lost = None
     if rec.recovered_step is not None:
         lost = max(0, (run.step or 0) - rec.recovered_step)
@@ -131,7 +131,7 @@ def _exited(measured: Measured, resumed: Resumed) -> Measured:
     if at_exit is not None:
         return measured.found(at_exit)
     starts = {r["rank"]: r["recovered_step"] for r in measured.ranks} if measured.ranks else {0: measured.recovered_step}
-    exited = exits.resume_exit(resumed.log, result.returncode, starts, score.crash_line(resumed.log, result.stderr))
+    exited = exits.resume_exit(resumed.log, result.returncode, starts, compare.crash_line(resumed.log, result.stderr))
     return measured if exited is None else dataclasses.replace(measured, lead=exited)
 
 

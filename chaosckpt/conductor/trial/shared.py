@@ -33,7 +33,7 @@ from chaosckpt.conductor.results.result import FaultRecord, RunRecord
 from chaosckpt.conductor.runs import confinement, sandbox
 from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog, Save
 from chaosckpt.conductor.scenario import Scenario
-from chaosckpt.conductor.trial import score
+from chaosckpt.conductor.trial import compare
 from chaosckpt.conductor.trial.arm import Armed
 from chaosckpt.conductor.trial.context import Context, rel
 from chaosckpt.conductor.trial.fault_files import files_after_fault
@@ -116,7 +116,7 @@ def rebuild(ctx: Context, armed: Armed, prefix: Path) -> Optional[Faulted]:
     initial = crash.Disk.from_dict(json.loads((prefix / DISK).read_text()))
     record = _record(stored)
     log = RunLog.read(Path(record.events))
-    proc, step = score.fault_point(log)
+    proc, step = compare.fault_point(log)
     saves = [s for s in proc.saves if s.index == stored["save"]] if proc is not None else []
     ends = saves[0].ends if saves else None
     if proc is None or not ends or saves[0].path is None or saves[0].thread is not None:
@@ -179,7 +179,7 @@ def _journaled(ctx: Context, armed: Armed, prefix: Path, stored: dict) -> Option
     if files is None or (native and files is not whole):  # past the shared run's end; or files it cannot date
         return None
     log = RunLog.of([[_moved_event(e, moved) for e in events] for events in files])
-    proc, step = score.fault_point(log)
+    proc, step = compare.fault_point(log)
     if proc is None:
         return None
     _adopt(Path(stored["work"]), armed.work)

@@ -8,7 +8,7 @@ from typing import Optional, Tuple
 
 from chaosckpt.conductor.results.result import Finding
 from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog
-from chaosckpt.conductor.trial import score
+from chaosckpt.conductor.trial import compare
 from chaosckpt.conductor.trial.arm import Armed
 from chaosckpt.conductor.trial.context import Context, rel
 from chaosckpt.conductor.trial.faulted import Faulted
@@ -19,10 +19,10 @@ from chaosckpt.conductor.trial.plan import resume_stop
 def survived(ctx: Context, ref: ProcessLog, run: Faulted) -> Measured:
     """The job's own run, which carried on past the fault, against the reference from its first step."""
     own = run.log.trainer() or run.proc
-    return Measured(run.fault, run.last_good, outcome="survived").traced(score.trajectory(ref, own, 0, ctx.opts.tolerance))
+    return Measured(run.fault, run.last_good, outcome="survived").traced(compare.trajectory(ref, own, 0, ctx.opts.tolerance))
 
 
-def later_resume(ctx: Context, armed: Armed, measured: Measured, table: score.DigestTable
+def later_resume(ctx: Context, armed: Armed, measured: Measured, table: compare.DigestTable
                  ) -> Tuple[Measured, Optional[int]]:
     """A later resume of what the job saved, and the step it started from (``table``: the states the runs
     saved); one that fails is an error finding, with its error."""
@@ -32,7 +32,7 @@ def later_resume(ctx: Context, armed: Armed, measured: Measured, table: score.Di
         trainer = log.trainer()
         return measured, table.step_of(trainer) if trainer is not None else None
     failed = log.failed_loads()
-    error = failed[-1]["error"] if failed else score.tail_line(resume.stderr)
+    error = failed[-1]["error"] if failed else compare.tail_line(resume.stderr)
     error_path = rel(failed[-1].get("path"), armed.work) if failed else None
     return dataclasses.replace(measured, error=error, error_path=error_path).found(
         Finding(

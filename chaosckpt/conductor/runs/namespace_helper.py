@@ -1,6 +1,6 @@
 """Start a job in namespaces of its own where only its sandbox can be written, holding no capability.
 
-Run as ``python -I -S confine.py SPEC.json -- COMMAND...`` (standard library only,
+Run as ``python -I -S namespace_helper.py SPEC.json -- COMMAND...`` (standard library only,
 so it starts in a few milliseconds without chaosckpt on the path). The job sees
 every mount read-only except:
 
@@ -404,7 +404,7 @@ def relay(spec: Dict, path: str, argv: List[str]) -> NoReturn:
     exit_as(int(told) if told.isdigit() else status)
 
 
-USAGE = "usage: confine.py SPEC.json -- COMMAND... | confine.py --init SPEC.json FD -- COMMAND...\n"
+USAGE = "usage: namespace_helper.py SPEC.json -- COMMAND... | namespace_helper.py --init SPEC.json FD -- COMMAND...\n"
 
 
 def main(argv: List[str]) -> None:
