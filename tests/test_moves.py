@@ -40,7 +40,7 @@ JOB = textwrap.dedent(
     rec.journal = fileops.Journal(rec.emit, [tmp for _, tmp in layouts], keep)  # ckpt/ joins when a file moves in
     fileops.install(rec.journal)
     interpose.install(rec)
-    cross_device.install(rec)
+    moves.install(rec)
     model = torch.nn.Linear(2, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     for ckpt, tmp in layouts:
