@@ -2,7 +2,7 @@
 
 Shared by ``chaosckpt audit`` (on objects rebuilt from files without running them) and by the
 in-process agent (on the object handed to ``torch.save``), so it imports only the standard library
-and torch. The walk reads tensor metadata (storage size, offset, strides, a storage identity) and
+and torch, and torch only where a walk looks at objects: the conductor judges scans without it. The walk reads tensor metadata (storage size, offset, strides, a storage identity) and
 never copies, moves or synchronises data, so it is cheap enough to run at every save.
 
 Entry points: :func:`scan` (one walk, returns a plain ``dict``), :func:`findings` (advice from a
@@ -16,9 +16,10 @@ import numbers
 import random
 import re
 from collections.abc import Mapping
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 VIEW_BLOAT_RATIO = 4
 """A storage is bloat when it is more than this many times the bytes its saved views need..."""
@@ -87,6 +88,8 @@ def _storage_key(storage: Any) -> Tuple[str, int]:
 
 def _is_array(value: Any, dtype: str, shape: Tuple[int, ...]) -> bool:
     """A numpy array (or audit's stand-in for one) of this dtype and shape; never a torch tensor."""
+    import torch
+
     if isinstance(value, torch.Tensor):
         return False
     return tuple(getattr(value, "shape", ()) or ()) == shape and str(getattr(value, "dtype", "")) == dtype
@@ -94,6 +97,8 @@ def _is_array(value: Any, dtype: str, shape: Tuple[int, ...]) -> bool:
 
 def rng_kind(value: Any, path: str = "") -> Optional[str]:
     """What kind of random-stream state ``value`` is, or None. ``path`` disambiguates CUDA states."""
+    import torch
+
     if isinstance(value, torch.Tensor):
         if value.dtype != torch.uint8 or value.dim() != 1:
             return None
@@ -127,6 +132,8 @@ def rng_kind(value: Any, path: str = "") -> Optional[str]:
 
 def _progress_value(value: Any) -> Tuple[bool, Optional[int]]:
     """Whether ``value`` can be a loop counter (an integer, or a 0-d integer tensor) and its value if cheap."""
+    import torch
+
     if isinstance(value, bool):
         return False, None
     if isinstance(value, numbers.Integral):
@@ -209,6 +216,8 @@ class _Walk:
     def run(self, obj: Any) -> None:
         """Depth first, each container's children drawn one at a time and each object walked once, so that the
         walk's memory follows the object's depth and distinct objects, not how often a pickle refers to them."""
+        import torch
+
         seen: set = set()
         stack: List[Iterator[Tuple[Any, str, str, bool]]] = [iter([(obj, "", "", False)])]
         while stack:

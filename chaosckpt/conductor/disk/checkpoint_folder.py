@@ -23,9 +23,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from chaosckpt import checkpoint_content
 from chaosckpt.conductor.disk import audit, dcp_folder
+from chaosckpt.conductor.disk.file_names import CHECKPOINT_SUFFIXES, DCP_METADATA, DCP_SHARD_SUFFIX
 
-CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".pkl", ".pickle", ".ckpt", ".tar", ".safetensors")
-"""Files that must load; others are judged when their first bytes are a checkpoint format's."""
 JSON_LIMIT = 16 << 20
 MAX_ENTRIES = 10_000
 MAX_DEPTH = 8
@@ -45,7 +44,7 @@ _REFERENCE_ONLY = {"training_args.bin": "the Trainer's arguments, kept for refer
 def _kind(folder: str, names: Sequence[str]) -> str:
     """Which framework wrote the folder, from the names of the files directly in it."""
     base = os.path.basename(os.path.normpath(folder))
-    if dcp_folder.METADATA in names or any(n.endswith(dcp_folder.SHARD_SUFFIX) for n in names):
+    if DCP_METADATA in names or any(n.endswith(DCP_SHARD_SUFFIX) for n in names):
         return DCP
     if {"trainer_state.json", "training_args.bin", "scheduler.pt"} & set(names) \
             or any(re.fullmatch(r"rng_state(_\d+)?\.pth", n) for n in names) or re.fullmatch(r"checkpoint-\d+", base):
@@ -180,15 +179,15 @@ def _judge_files(root: str, by_dir: Dict[str, Dict[str, int]], max_inflate: Opti
     states: List[Tuple[str, Dict[str, Any]]] = []
     for rel, names in sorted(by_dir.items()):
         prefix = rel + os.sep if rel else ""
-        if dcp_folder.METADATA in names or any(n.endswith(dcp_folder.SHARD_SUFFIX) for n in names):
+        if DCP_METADATA in names or any(n.endswith(DCP_SHARD_SUFFIX) for n in names):
             judged = dcp_folder.judge(os.path.join(root, rel), prefix, names, max_inflate)
             files += judged["files"]
             findings += judged["findings"]
             notes += judged["notes"]
             if judged["state"] is not None:
-                states.append((prefix + dcp_folder.METADATA, checkpoint_content.scan(judged["state"])))
+                states.append((prefix + DCP_METADATA, checkpoint_content.scan(judged["state"])))
             names = {n: s for n, s in names.items()
-                     if n != dcp_folder.METADATA and not n.endswith(dcp_folder.SHARD_SUFFIX)}
+                     if n != DCP_METADATA and not n.endswith(DCP_SHARD_SUFFIX)}
         for name, size in sorted(names.items()):
             report, told = _file(root, prefix + name, size, max_inflate)
             notes += told

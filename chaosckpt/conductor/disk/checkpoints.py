@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from typing import Callable, List, Optional
 
+from chaosckpt.conductor.disk.file_names import DCP_METADATA
 from chaosckpt.conductor.faults.arming import location
 from chaosckpt.conductor.results.result import Finding
 from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog, Save
@@ -16,7 +17,7 @@ def folder(save: Save) -> Optional[str]:
     checkpoint's files, if one does."""
     paths = save.paths()
     if paths and all(f.get("via") == "dcp" for f in save.files) and save.path is not None:
-        return save.path if location(os.path.join(save.path, ".metadata")) != save.path else None
+        return save.path if location(os.path.join(save.path, DCP_METADATA)) != save.path else None
     folders = {os.path.dirname(p) for p in paths}
     if len(folders) != 1:
         return None

@@ -18,9 +18,8 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 
 from chaosckpt.conductor.disk import audit
+from chaosckpt.conductor.disk.file_names import DCP_METADATA, DCP_SHARD_SUFFIX
 
-METADATA = ".metadata"
-SHARD_SUFFIX = ".distcp"
 _DCP_NAMES = ("torch.distributed.checkpoint.", "torch.serialization._get_layout", "pathlib.")
 """What every ``.metadata`` pickles: DCP reads it with ``pickle.load``, so these are no finding."""
 
@@ -93,26 +92,26 @@ def judge(folder: str, prefix: str, names: Dict[str, int], max_inflate: Optional
     """Judge the DCP checkpoint in ``folder`` (``names``: its regular files and their sizes; ``prefix``: how the
     report names the folder). ``{"files", "findings", "state", "notes"}``: per-file reports as ``audit_file``
     makes them, findings about the checkpoint as a whole, the rebuilt state dict (None without ``.metadata``)."""
-    shards = sorted(n for n in names if n.endswith(SHARD_SUFFIX))
-    if METADATA not in names:
+    shards = sorted(n for n in names if n.endswith(DCP_SHARD_SUFFIX))
+    if DCP_METADATA not in names:
         files: List[Dict[str, Any]] = [
             {"path": prefix + n, "bytes": names[n], "file_format": "DCP shard", "contents": None, "findings": []}
             for n in shards]
         return {"files": files, "state": None, "notes": [], "findings": [finding(
             "incomplete-checkpoint", f"{prefix or 'the folder'} holds {len(shards)} shard{'' if len(shards) == 1 else 's'} "
             "and no .metadata: dcp.save writes it last, on rank 0, once every rank's shards are written, so this save "
-            "never finished and dcp.load refuses the folder", missing=[prefix + METADATA])]}
+            "never finished and dcp.load refuses the folder", missing=[prefix + DCP_METADATA])]}
     log = audit.PickleLog()
-    meta_path = os.path.join(folder, METADATA)
+    meta_path = os.path.join(folder, DCP_METADATA)
     try:
         metadata = audit.load(meta_path, max_inflate, log).obj
         if not isinstance(metadata, dict) or not isinstance(metadata.get("state_dict_metadata"), dict):
             raise audit.AuditError("not DCP metadata (no state_dict_metadata in it)")
         records = _records(metadata)
     except audit.AuditError as exc:
-        return {"files": [_unreadable(prefix + METADATA, names[METADATA], str(exc), log)],
+        return {"files": [_unreadable(prefix + DCP_METADATA, names[DCP_METADATA], str(exc), log)],
                 "state": None, "notes": [], "findings": []}
-    files = [{"path": prefix + METADATA, "bytes": names[METADATA], "file_format": "DCP metadata", "contents": None,
+    files = [{"path": prefix + DCP_METADATA, "bytes": names[DCP_METADATA], "file_format": "DCP metadata", "contents": None,
               "findings": _pickle_findings(log)}]
     loaded: Dict[str, Any] = {}
     findings: List[Dict[str, Any]] = []

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
 from chaosckpt.conductor.disk import crash, journal
-from chaosckpt.conductor.disk.checkpoint_folder import CHECKPOINT_SUFFIXES
+from chaosckpt.conductor.disk.file_names import CHECKPOINT_SUFFIXES
 from chaosckpt.conductor.disk.loadcheck import LoadChecker
 from chaosckpt.conductor.results.result import CrashPointRecord
 

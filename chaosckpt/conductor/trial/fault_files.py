@@ -12,7 +12,8 @@ import os
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from chaosckpt.conductor.disk import dcp_folder, loadcheck
+from chaosckpt.conductor.disk import loadcheck
+from chaosckpt.conductor.disk.file_names import DCP_SHARD_SUFFIX
 from chaosckpt.conductor.results.result import FileState
 from chaosckpt.conductor.runs.runlog import ProcessLog
 from chaosckpt.conductor.trial.context import Context, rel
@@ -64,7 +65,7 @@ def _loads(host: str) -> Optional[bool]:
     """Whether the file loads as a checkpoint; None for a DCP data shard, which nothing loads alone (its first
     tensor's record reads whole however much of the rest is lost: its bytes against ``full_bytes`` judge it), and
     for a file in no checkpoint format the load check reads."""
-    if host.endswith(dcp_folder.SHARD_SUFFIX):
+    if host.endswith(DCP_SHARD_SUFFIX):
         return None
     answer = loadcheck.check(host)
     if not answer["ok"] and answer["error"].startswith(NOT_A_CHECKPOINT):
