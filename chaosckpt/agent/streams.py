@@ -25,6 +25,12 @@ MAX_PRIVATE = 32
 """At most this many private streams are followed; a job with more is unusual and the rest are ignored."""
 
 
+def _generator_types() -> Tuple[type, ...]:
+    """The classes a stream's state lives in: one ``isinstance`` against them skips the heap's other values."""
+    np = sys.modules.get("numpy")
+    return (torch.Generator, random.Random) + ((np.random.Generator,) if np is not None else ())
+
+
 def _kind(value: Any) -> str:
     kind = type(value)
     if issubclass(kind, torch.Generator):
@@ -79,9 +85,10 @@ def find_private() -> Tuple[Dict[str, Any], Dict[str, List[str]]]:
     """
     names: Dict[int, List[str]] = {}
     objects: Dict[int, Any] = {}
+    generators = _generator_types()
     for holder, namespace in _holders():
         for attr, value in list(namespace.items()):
-            kind = _kind(value)
+            kind = _kind(value) if isinstance(value, generators) else ""
             if kind:
                 names.setdefault(id(value), []).append(f"{kind} at {holder}.{attr}" if not holder.endswith("globals")
                                                        else f"{kind} `{attr}` ({holder})")
