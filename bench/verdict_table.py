@@ -35,6 +35,9 @@ SCENARIOS = ("kill9-mid-save", "enospc", "power-loss", "eval-left-on", "rank-epo
 NODE_SCENARIOS = ("node-power-loss", "node-loss")
 """Scenarios of multi-node jobs (``--nnodes``): judged by tests/test_nodes.py on nodes of their own, not here."""
 
+EVAL_SAME = "no dropout or batch norm: eval mode computes the same"
+"""Why eval-left-on passes a job whose modules compute the same in both modes."""
+
 EXPLAINING = ("background-error-unobserved", "exit-with-save-in-flight", "resume-chose-incomplete",
               "resume-chose-dcp-without-metadata", "resume-chose-older", "rotation-before-complete",
               "resume-exited", "acknowledged-checkpoint-lost", "move-became-copy", "torn-checkpoint", "in-place-save",
@@ -90,6 +93,13 @@ JOBS = {
     "counter_robust": Job("tests/jobs/counter_job.py --robust", "tests/jobs/counter_job.py", ("--robust",)),
     "epoch_skip_job": Job("tests/jobs/epoch_skip_job.py", "tests/jobs/epoch_skip_job.py", ()),
     "epoch_skip_robust": Job("tests/jobs/epoch_skip_job.py --robust", "tests/jobs/epoch_skip_job.py", ("--robust",)),
+    "step_files_job": Job("tests/jobs/step_files_job.py", "tests/jobs/step_files_job.py", ()),
+    "step_files_rotate_before": Job("tests/jobs/step_files_job.py --rotate before", "tests/jobs/step_files_job.py",
+                                    ("--rotate", "before")),
+    "step_files_bytes": Job("tests/jobs/step_files_job.py --writer bytes", "tests/jobs/step_files_job.py",
+                            ("--writer", "bytes")),
+    "step_files_bytes_loads": Job("tests/jobs/step_files_job.py --writer bytes --resume loads",
+                                  "tests/jobs/step_files_job.py", ("--writer", "bytes", "--resume", "loads")),
     "state_job": Job("tests/jobs/state_job.py", "tests/jobs/state_job.py", ()),
     "state_optimizer": Job("tests/jobs/state_job.py --unsaved optimizer", "tests/jobs/state_job.py",
                            ("--unsaved", "optimizer")),
@@ -168,6 +178,15 @@ EPOCH_SKIP = ("a mid-epoch checkpoint with the epoch only, resumed at the next e
               "consumed (epoch_skip_job.truth.md)")
 EPOCH_SKIP_ROBUST = "the position in the epoch, its order and torch's RNG state saved: the resume reproduces"
 
+STEP_FILES = ("step-named files in one folder, each written to a temporary name, fsynced and renamed, the folder "
+              "fsynced, the old file deleted after (step_files_job.truth.md)")
+STEP_FILES_BEFORE = ("the old file deleted before the new one is written: the fault leaves only the new save's "
+                     "temporary file, and the resume starts from scratch (step_files_job.truth.md)")
+STEP_FILES_BYTES = ("serialized to memory, its bytes written straight to the step-named file, the newest 2 kept: the "
+                    "fault leaves the new file torn beside a complete older one, and the resume takes the newest by "
+                    "name and crashes (step_files_job.truth.md)")
+STEP_FILES_LOADS = "the same, resumed from the newest file that loads: it falls back to the complete older one"
+
 SLOW_EXIT = ("the reference run exits 0 while the thread handed step 24's snapshot still waits for the store: "
              "the final checkpoint never begins, never lands (slow_daemon_job.truth.md)")
 
@@ -223,7 +242,7 @@ ROWS: List[Tuple[str, str, str, str, str]] = [
     ("ddp_job", "kill9-mid-save", "PASSED", "last-good", "rank 0 saves atomically; the epoch is in the checkpoint"),
     ("ddp_job", "enospc", "PASSED", "last-good", "rank 0 saves atomically"),
     ("ddp_job", "power-loss", "PASSED", "last-good", "fsync before the rename"),
-    ("ddp_job", "eval-left-on", "PASSED", "last-good", "no dropout or batch norm: eval mode computes the same"),
+    ("ddp_job", "eval-left-on", "PASSED", "last-good", EVAL_SAME),
     ("ddp_job", "rank-epoch-skew", "PASSED", "last-good", "one checkpoint from rank 0: every rank loads the same step"),
     ("place_job", "kill9-mid-save", "PASSED", "last-good", "temporary file, fsync, rename; torch's stream restored"),
     ("place_job", "enospc", "PASSED", "last-good", "the full disk fails the temporary file; last.pt is intact"),
@@ -261,7 +280,7 @@ ROWS: List[Tuple[str, str, str, str, str]] = [
      "the full disk fails best.pt's copy, the job exits; the resume reads last.pt (atomic), with a torn-copy warning"),
     ("bestcopy_job", "power-loss", "FAILED", "last-good, acknowledged-checkpoint-lost",
      "last.pt is fsynced and survives; best.pt, copied after the save without an fsync, comes back empty"),
-    ("bestcopy_job", "eval-left-on", "PASSED", "last-good", "no dropout or batch norm: eval mode computes the same"),
+    ("bestcopy_job", "eval-left-on", "PASSED", "last-good", EVAL_SAME),
     ("bestcopy_job", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
     ("ema_job", "kill9-mid-save", "FAILED", "unknown-state, resumed-other-weights",
      "last.pt is atomic and survives, but the resume loads its 'ema' tensors into the model (ema_job.truth.md)"),
@@ -275,7 +294,7 @@ ROWS: List[Tuple[str, str, str, str, str]] = [
     ("ema_job_model", "kill9-mid-save", "PASSED", "last-good", "atomic save; the resume loads 'model' into the model"),
     ("ema_job_model", "enospc", "PASSED", "last-good", "the full disk fails the temporary file; last.pt is intact"),
     ("ema_job_model", "power-loss", "PASSED", "last-good", "data and name fsynced before the save returns"),
-    ("ema_job_model", "eval-left-on", "PASSED", "last-good", "no dropout or batch norm: eval mode computes the same"),
+    ("ema_job_model", "eval-left-on", "PASSED", "last-good", EVAL_SAME),
     ("ema_job_model", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
     ("ema_module_job", "kill9-mid-save", "FAILED", "unknown-state, resumed-other-weights",
      "last.pt is atomic and survives; the resume, as Ultralytics', takes the model's weights from ckpt['ema'], a "
@@ -305,12 +324,12 @@ ROWS: List[Tuple[str, str, str, str, str]] = [
     ("midepoch_position", "kill9-mid-save", "PASSED", "last-good", MIDEPOCH_POSITION),
     ("midepoch_position", "enospc", "PASSED", "last-good", MIDEPOCH_POSITION),
     ("midepoch_position", "power-loss", "PASSED", "last-good", MIDEPOCH_POSITION),
-    ("midepoch_position", "eval-left-on", "PASSED", "last-good", "no dropout or batch norm: eval mode computes the same"),
+    ("midepoch_position", "eval-left-on", "PASSED", "last-good", EVAL_SAME),
     ("midepoch_position", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
     ("preload_job", "kill9-mid-save", "PASSED", "last-good", PRELOAD),
     ("preload_job", "enospc", "PASSED", "last-good", PRELOAD),
     ("preload_job", "power-loss", "PASSED", "last-good", PRELOAD),
-    ("preload_job", "eval-left-on", "PASSED", "last-good", "no dropout or batch norm: eval mode computes the same"),
+    ("preload_job", "eval-left-on", "PASSED", "last-good", EVAL_SAME),
     ("preload_job", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
     ("cwd_ckpt_job", "kill9-mid-save", "PASSED", "last-good",
      "last.pt beside the script and its data, saved atomically: the kill tears last.pt.tmp (cwd_ckpt_job.truth.md)"),
@@ -318,7 +337,7 @@ ROWS: List[Tuple[str, str, str, str, str]] = [
     ("cwd_ckpt_job", "power-loss", "PASSED", "last-good",
      "last.pt is fsynced and its folder too; the data-preparation step's files are not the checkpoint's, and are "
      "left as it wrote them"),
-    ("cwd_ckpt_job", "eval-left-on", "PASSED", "last-good", "no dropout or batch norm: eval mode computes the same"),
+    ("cwd_ckpt_job", "eval-left-on", "PASSED", "last-good", EVAL_SAME),
     ("cwd_ckpt_job", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
     ("link_job", "kill9-mid-save", "PASSED", "last-good",
      "the kill lands in the os.pwrite of last.pt.tmp (opened by dir_fd); epoch-0.pt, a hard link, is whole "
@@ -327,7 +346,7 @@ ROWS: List[Tuple[str, str, str, str, str]] = [
      "the full disk fails an os.pwrite of last.pt.tmp; the links are intact"),
     ("link_job", "power-loss", "PASSED", "last-good",
      "the data is fsynced, the folder fsynced after the links: epoch-1.pt, the name the resume reads, survives"),
-    ("link_job", "eval-left-on", "PASSED", "last-good", "no dropout or batch norm: eval mode computes the same"),
+    ("link_job", "eval-left-on", "PASSED", "last-good", EVAL_SAME),
     ("link_job", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
     ("safetensors_job", "kill9-mid-save", "PASSED", "last-good",
      "safetensors writes a temporary file and renames it: the kill leaves the old model.safetensors whole "
@@ -336,7 +355,7 @@ ROWS: List[Tuple[str, str, str, str, str]] = [
      "safetensors removes its temporary file on the error; the old model.safetensors is whole"),
     ("safetensors_job", "power-loss", "FAILED", "crashed, acknowledged-checkpoint-lost",
      "safetensors never fsyncs: the renamed model.safetensors comes back empty under the ordered model"),
-    ("safetensors_job", "eval-left-on", "PASSED", "last-good", "no dropout or batch norm: eval mode computes the same"),
+    ("safetensors_job", "eval-left-on", "PASSED", "last-good", EVAL_SAME),
     ("safetensors_job", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
     ("async_thread_job", "kill9-mid-save", "PASSED", "last-good",
      "the kill lands in the background thread's write of last.pt.tmp while the main thread trains on; last.pt, "
@@ -346,7 +365,7 @@ ROWS: List[Tuple[str, str, str, str, str]] = [
      "last.pt is intact"),
     ("async_thread_job", "power-loss", "PASSED", "last-good",
      "the saver fsyncs the file before the rename and the folder after it: last.pt is always a whole checkpoint"),
-    ("async_thread_job", "eval-left-on", "PASSED", "last-good", "no dropout or batch norm: eval mode computes the same"),
+    ("async_thread_job", "eval-left-on", "PASSED", "last-good", EVAL_SAME),
     ("async_thread_job", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
     ("scheduler_job", "kill9-mid-save", "FAILED", "last-good, scheduler-not-restored", SCHEDULER),
     ("scheduler_job", "enospc", "FAILED", "last-good, scheduler-not-restored", "the full disk fails the temporary file, last.pt is intact; "
@@ -392,6 +411,31 @@ ROWS: List[Tuple[str, str, str, str, str]] = [
     ("epoch_skip_robust", "eval-left-on", "FAILED", "last-good, eval-mode-in-training", "the job never calls "
      "model.train(): dropout stays off after the resume"),
     ("epoch_skip_robust", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
+    ("step_files_job", "kill9-mid-save", "PASSED", "last-good", STEP_FILES),
+    ("step_files_job", "enospc", "PASSED", "last-good", STEP_FILES),
+    ("step_files_job", "power-loss", "PASSED", "last-good", STEP_FILES),
+    ("step_files_job", "eval-left-on", "PASSED", "last-good", STEP_FILES + "; " + EVAL_SAME),
+    ("step_files_job", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
+    ("step_files_rotate_before", "kill9-mid-save", "FAILED", "scratch, rotation-before-complete", STEP_FILES_BEFORE),
+    ("step_files_rotate_before", "enospc", "FAILED", "scratch, rotation-before-complete", STEP_FILES_BEFORE),
+    ("step_files_rotate_before", "power-loss", "PASSED", "last-good", "the old file deleted before the new one is "
+     "written, but the power goes once save 2 is complete and durable: the resume takes it (step_files_job.truth.md)"),
+    ("step_files_bytes", "kill9-mid-save", "FAILED", "crashed, resume-chose-incomplete", STEP_FILES_BYTES),
+    ("step_files_bytes", "enospc", "FAILED", "crashed, resume-chose-incomplete", STEP_FILES_BYTES),
+    ("step_files_bytes", "power-loss", "FAILED", "crashed, acknowledged-checkpoint-lost", STEP_FILES_BYTES +
+     "; never fsynced, the file of step 16 is empty after the power loss"),
+    ("step_files_rotate_before", "eval-left-on", "PASSED", "last-good", "the clean kill comes once save 2 is "
+     "complete: the resume takes it; " + EVAL_SAME),
+    ("step_files_rotate_before", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
+    ("step_files_bytes", "eval-left-on", "PASSED", "last-good", "the clean kill comes once save 2 is complete: the "
+     "resume takes it; " + EVAL_SAME),
+    ("step_files_bytes", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
+    ("step_files_bytes_loads", "power-loss", "FAILED", "scratch, acknowledged-checkpoint-lost", STEP_FILES_LOADS +
+     "; never fsynced, neither file survives the power loss whole, so none loads (step_files_job.truth.md)"),
+    ("step_files_bytes_loads", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
+    ("step_files_bytes_loads", "kill9-mid-save", "PASSED", "last-good", STEP_FILES_LOADS),
+    ("step_files_bytes_loads", "enospc", "PASSED", "last-good", STEP_FILES_LOADS),
+    ("step_files_bytes_loads", "eval-left-on", "PASSED", "last-good", STEP_FILES_LOADS + "; " + EVAL_SAME),
     ("state_optimizer", "eval-left-on", "FAILED", "last-good, optimizer-not-restored", STATE_OPTIMIZER + "; in eval "
      "mode too (the job never calls model.train())"),
     ("state_optimizer", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
@@ -425,7 +469,7 @@ ROWS: List[Tuple[str, str, str, str, str]] = [
      "last.pt (step 6) whole"),
     ("async_slow_robust", "power-loss", "PASSED", "last-good",
      "fsync before the rename, folder fsync after: the completed save of step 12 survives"),
-    ("async_slow_robust", "eval-left-on", "PASSED", "last-good", "no dropout or batch norm: eval mode computes the same"),
+    ("async_slow_robust", "eval-left-on", "PASSED", "last-good", EVAL_SAME),
     ("async_slow_robust", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
     ("async_slow_daemon", "kill9-mid-save", "FAILED", "last-good, exit-with-save-in-flight",
      "the resume takes step 6's last.pt, whole; but " + SLOW_EXIT),
@@ -446,7 +490,7 @@ ROWS: List[Tuple[str, str, str, str, str]] = [
     ("dcp_async_single", "power-loss", "PASSED", "last-good",
      "DCP fsyncs the shard and .metadata before its rename: under the ordered model the completed save of step "
      "16 survives"),
-    ("dcp_async_single", "eval-left-on", "PASSED", "last-good", "no dropout or batch norm: eval mode computes the same"),
+    ("dcp_async_single", "eval-left-on", "PASSED", "last-good", EVAL_SAME),
     ("dcp_async_single", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
     ("dcp_async_single_naive", "kill9-mid-save", "FAILED", "crashed, rotation-before-complete",
      "deletes step_8/ as soon as async_save of step 16 returns; the kill leaves step_16/ without .metadata and "

@@ -191,7 +191,7 @@ def _saved(index, step, files, path=None, via="path"):
                 files=[{"path": p, "via": via, "ok": True, "bytes": 1, "writes": 1} for p in paths])
 
 
-def test_a_complete_checkpoint_whose_folder_the_job_deleted_is_no_longer_good(tmp_path):
+def test_a_complete_checkpoint_whose_folder_the_job_deleted_is_gone_and_named_as_rotation(tmp_path):
     from chaosckpt.conductor.disk import checkpoints
 
     old = _saved(1, 4, [tmp_path / "checkpoint_0" / "model.bin", tmp_path / "checkpoint_0" / "optimizer.bin"])
@@ -203,6 +203,44 @@ def test_a_complete_checkpoint_whose_folder_the_job_deleted_is_no_longer_good(tm
     assert finding.kind == "rotation-before-complete" and finding.details["deleted_step"] == 4
     (tmp_path / "checkpoint_0").mkdir()
     assert checkpoints.gone([old]) == [] and checkpoints.rotation_finding([old], [], new, str) is None
+
+
+def test_a_step_named_file_renamed_into_a_shared_folder_is_gone_once_deleted_and_named_by_its_final_name(tmp_path):
+    from chaosckpt.conductor.disk import checkpoints
+
+    tmp, final = tmp_path / "step_8.pt.tmp", tmp_path / "step_8.pt"
+    old = _saved(1, 8, [tmp])
+    old.moves = [{"src": str(tmp), "dst": str(final), "ok": True, "how": "move"}]
+    new = _saved(2, 16, [tmp_path / "step_16.pt.tmp"])
+    final.write_bytes(b"x")
+    assert checkpoints.folder(old) is None and checkpoints.files(old) == [str(final)]
+    assert checkpoints.gone([old]) == []
+    final.unlink()
+    assert checkpoints.gone([old]) == [old]
+    finding = checkpoints.rotation_finding([old], [old], new, str)
+    assert finding.details["path"] == str(final)
+    assert finding.message.startswith(f"the job deleted {final} (step 8), its newest complete checkpoint, while "
+                                      "checkpoint 2 was not yet complete; no complete checkpoint was left: delete the "
+                                      "old file only after the new one is complete and in place")
+
+
+def test_a_resume_that_read_the_torn_newest_file_last_chose_it_and_one_that_fell_back_did_not(tmp_path):
+    from chaosckpt.conductor.disk import checkpoints
+    from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog, Save
+
+    old, torn = str(tmp_path / "step_8.pt"), str(tmp_path / "step_16.pt")
+    complete = _saved(1, 8, [old])
+    interrupted = Save(index=2, step=16, path=None, digest="d", ts=2.0)  # written from memory: no file returned
+
+    def resume(*paths):
+        return RunLog([ProcessLog(pid=1, loads=[{"path": p, "ok": p == old} for p in paths])])
+
+    took = checkpoints.chose_incomplete(interrupted, [complete], [], resume(torn), None, str, [torn])
+    assert (took.kind, took.details) == ("resume-chose-incomplete", {"path": torn, "complete_step": 8})
+    assert f"while {old} (step 8) was complete: resume from the newest file that loads" in took.message
+    assert checkpoints.chose_incomplete(interrupted, [complete], [], resume(torn, old), None, str, [torn]) is None
+    assert checkpoints.chose_incomplete(interrupted, [complete], [], resume(torn), None, str, []) is None
+    assert checkpoints.chose_incomplete(interrupted, [complete], [], resume(old), None, str, [old]) is None  # in place
 
 
 def test_a_dcp_folder_is_its_own_checkpoint_folder(tmp_path):

@@ -45,8 +45,13 @@ class Save:
     def moved_away(self, path: str) -> bool:
         """Whether the save renamed ``path`` to another name (a temporary file put in place), so that ``path``
         no longer held its checkpoint once it ended."""
-        return any(m["src"] == path and m.get("ok") and not m.get("copied") and m["dst"] != path
-                   and m.get("how") != "link" for m in self.moves)
+        return self.landing(path) != path
+
+    def landing(self, path: str) -> str:
+        """Where the file the save wrote at ``path`` stands once the save ended: the name a rename gave it, else
+        ``path``."""
+        return next((m["dst"] for m in self.moves if m["src"] == path and m.get("ok") and not m.get("copied")
+                     and m["dst"] != path and m.get("how") != "link"), path)
 
     def paths(self) -> List[str]:
         """Its files: those its save calls wrote, then those moved or copied in from a file that is none of

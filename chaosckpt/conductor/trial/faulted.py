@@ -36,12 +36,12 @@ class Faulted:
     completed: list
     """The checkpoints that process completed before the fault."""
     gone: list = dataclasses.field(default_factory=list)
-    """Those of them the job had deleted when the fault hit: no longer good."""
+    """Those of them the job had deleted when the fault hit. The newest stays the last good: a job that deletes
+    it before the next checkpoint is complete loses it to the fault (``rotation-before-complete``)."""
 
     @property
     def last_good(self) -> Optional[int]:
-        good = [s for s in self.completed if s not in self.gone]
-        return good[-1].step if good else None
+        return self.completed[-1].step if self.completed else None
 
     @property
     def carried_on(self) -> bool:
@@ -139,5 +139,6 @@ def checkpoint_findings(run: Faulted, resume: RunLog, error: Optional[str], name
     """What the job's rotation and its resume did with complete and incomplete checkpoints."""
     interrupted = checkpoints.interrupted_save(run.proc)
     found = [checkpoints.rotation_finding(run.completed, run.gone, interrupted, name),
-             checkpoints.chose_incomplete(interrupted, run.completed, run.gone, resume, error, name)]
+             checkpoints.chose_incomplete(interrupted, run.completed, run.gone, resume, error, name,
+                                          run.proc.fault.get("writing", []))]
     return [f for f in found if f is not None]

@@ -90,9 +90,11 @@ def recovered(ctx: Context, ref: ProcessLog, armed: Armed, run: Faulted, resumed
 
 
 def _damage(ctx: Context, armed: Armed, run: Faulted, resumed: Resumed, measured: Measured) -> List[Finding]:
-    """What the fault did to the files the resume found, and a resume that did not resume."""
+    """What the fault did to the files the resume found, and a resume that did not resume (while a complete
+    checkpoint was left: one the job deleted explains a start from scratch)."""
     found = []
-    if measured.outcome == "scratch" and ctx.opts.resume_command == ctx.opts.command:
+    left = [s for s in run.completed if s not in run.gone]
+    if measured.outcome == "scratch" and left and ctx.opts.resume_command == ctx.opts.command:
         found.append(Finding(
             "resume-not-resuming",
             "the resume ran the training command unchanged and the job started from scratch: it may not be "
