@@ -119,6 +119,8 @@ def test_the_random_streams_are_compared_where_the_resume_s_first_batch_was_trai
     traj = compare.trajectory(ref, resume, 5, 0.0)
     assert not traj.reproduced and traj.first_divergent_step == 6
     assert [f.kind for f in traj.findings] == ["steps-skipped"]
+    resume.steps[0]["rng"] = {"torch": "t6"}  # restored as at the checkpoint's step: the skip alone explains it
+    assert [f.kind for f in compare.trajectory(ref, resume, 5, 0.0).findings] == ["steps-skipped"]
     resume.steps[0]["rng"] = {"torch": "elsewhere"}
     skipped, stream = compare.trajectory(ref, resume, 5, 0.0).findings
     assert (skipped.kind, stream.kind, stream.details["step"]) == ("steps-skipped", "rng-not-restored", 13)

@@ -156,6 +156,14 @@ def test_a_lost_copy_or_hard_link_leads_when_the_checkpoint_itself_survived(of):
                                       "job resumed from it (step 16)")
 
 
+def test_rng_states_missing_is_a_note_when_every_stream_was_as_before_at_the_resume_whatever_else_diverged():
+    [kept] = verdict.settle([_rng_missing()], [], reproduced=False, streams_restored=False)
+    assert kept.severity == "warning"
+    [disproved] = verdict.settle([_rng_missing()], [], reproduced=False, streams_restored=True)
+    assert disproved.severity == "note" and "yet at the resume each stream was as in the uninterrupted run" in \
+        disproved.message
+
+
 def test_severity_and_ignored_round_trip_through_a_stored_result():
     trial = Trial(scenario="s", status="passed", headline="h",
                   findings=verdict.settle([_rng_missing()], ["rng-states-missing"], reproduced=True))

@@ -5,7 +5,10 @@ seeded with the epoch at each epoch start, so the epoch alone fixes the batch or
 * ``--resume next-epoch`` (default): starts the epoch after the saved one, skipping the rest of the saved epoch;
 * ``--resume epoch-start``: starts the saved epoch again from its first batch, replaying its first steps;
 * ``--resume position``: also saves how many batches of the epoch were trained and skips that many on resume,
-  which reproduces the uninterrupted run."""
+  which reproduces the uninterrupted run.
+
+``--dropout`` adds a dropout layer and saves and restores torch's RNG state with the rest: the stream is restored,
+so a replay or a skip is the one cause (midepoch_job.truth.md)."""
 
 import argparse
 import os
@@ -19,6 +22,7 @@ p = argparse.ArgumentParser()
 p.add_argument("--epochs", type=int, default=3)
 p.add_argument("--every", type=int, default=5, help="save every this many steps")
 p.add_argument("--resume", choices=("next-epoch", "epoch-start", "position"), default="next-epoch")
+p.add_argument("--dropout", action="store_true", help="train with dropout, torch's RNG state in the checkpoint")
 args = p.parse_args()
 
 
@@ -42,7 +46,8 @@ x = torch.randn(96, 16, generator=g)
 y = x[:, :4].sum(1, keepdim=True)
 loader_gen = torch.Generator()
 loader = DataLoader(TensorDataset(x, y), batch_size=8, shuffle=True, generator=loader_gen)
-model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 1))
+layers = [nn.Linear(16, 64), nn.ReLU()] + ([nn.Dropout(0.2)] if args.dropout else []) + [nn.Linear(64, 1)]
+model = nn.Sequential(*layers)
 opt = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
 
 ckpt = Path("ckpt")
@@ -54,6 +59,8 @@ if last.exists():
     model.load_state_dict(state["model"])
     opt.load_state_dict(state["opt"])
     step = state["step"]
+    if args.dropout:
+        torch.set_rng_state(state["rng"])
     if args.resume == "next-epoch":
         start_epoch = state["epoch"] + 1
     elif args.resume == "epoch-start":
@@ -77,5 +84,7 @@ for epoch in range(start_epoch, args.epochs):
             state = {"model": model.state_dict(), "opt": opt.state_dict(), "epoch": epoch, "step": step}
             if args.resume == "position":
                 state["position"] = position + 1
+            if args.dropout:
+                state["rng"] = torch.get_rng_state()
             save_atomic(state, last)
 print("finished", flush=True)

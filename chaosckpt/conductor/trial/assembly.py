@@ -59,5 +59,6 @@ def result(scenario: Scenario, opts: TrialOptions, runs: List[RunRecord], steps:
     trial = assemble(scenario, opts, runs, steps)
     if opts.cluster is not None:
         trial = name_nodes(trial, opts.cluster)
-    trial = verdict.decided(trial, met, opts.ignore)
+    streams_restored = steps.measured.streams_restored if steps.measured else None
+    trial = verdict.decided(trial, met, opts.ignore, streams_restored)
     return dataclasses.replace(trial, headline=render.headline(trial))

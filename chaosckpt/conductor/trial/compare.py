@@ -31,6 +31,9 @@ class Trajectory:
     first_divergent_step: Optional[int] = None
     max_loss_diff: Optional[float] = None
     findings: List[Finding] = field(default_factory=list)
+    streams_restored: Optional[bool] = None
+    """Whether every random stream the loop draws from was, at the first resumed step, as the uninterrupted run's
+    at that step (None: no step to compare)."""
 
 
 def _close(a: float, b: float, tolerance: float) -> bool:
@@ -180,10 +183,18 @@ def trajectory(reference: ProcessLog, resume: ProcessLog, start: int, tolerance:
     # steps skipped or replayed lead: the resume then trained on other batches, whatever mode its modules were in
     shifted = alignment.finding(reference, resume, start) if divergent is not None else None
     findings.extend([*([] if shifted is None else [shifted]), *unrestored, *modes])
+    comparable = bool(resume.steps) and start < len(ref_steps)
+    restored = not rng_findings(reference, resume, start, modes_differ=bool(modes)) if comparable else None
     if divergent is not None:
-        # random streams compared where the uninterrupted run trained the batch the resume's first step trained on
+        # random streams compared where the uninterrupted run trained the batch the resume's first step trained on;
+        # after steps skipped or replayed, a stream is named only when it is not as it was at the checkpoint's step
+        # either (restored there, its draws differ because the batches do: the shift alone explains them)
         at = start if shifted is None else shifted.details["batch_of_step"] - 1
-        findings.extend(rng_findings(reference, resume, at, modes_differ=bool(modes)))
+        unrestored_streams = [] if restored else rng_findings(reference, resume, at, modes_differ=bool(modes))
+        if shifted is not None and unrestored_streams:
+            differ = {f.details["stream"] for f in rng_findings(reference, resume, start, modes_differ=bool(modes))}
+            unrestored_streams = [f for f in unrestored_streams if f.details["stream"] in differ]
+        findings.extend(unrestored_streams)
     # a count that differs is named beside whatever else diverged (no cause hides another), unless the steps
     # skipped or replayed already say so, or the resume ended on an error
     if counted is not None and shifted is None and resume.uncaught is None:
@@ -194,6 +205,7 @@ def trajectory(reference: ProcessLog, resume: ProcessLog, start: int, tolerance:
         first_divergent_step=divergent,
         max_loss_diff=max_diff if compared else None,
         findings=findings,
+        streams_restored=restored,
     )
 
 

@@ -32,6 +32,8 @@ class Measured:
     sweep: Optional[List[CrashPointRecord]] = None
     findings: Tuple[Finding, ...] = ()
     lead: Optional[Finding] = None
+    streams_restored: Optional[bool] = None
+    """The trajectory's ``streams_restored``: the random streams were as the uninterrupted run's at the resume."""
 
     def found(self, *findings: Finding) -> Measured:
         """These values with ``findings`` after those already found."""
@@ -42,4 +44,5 @@ class Measured:
         return dataclasses.replace(
             self, reproduced=trajectory.reproduced, compared_steps=trajectory.compared,
             first_divergent_step=trajectory.first_divergent_step, max_loss_diff=trajectory.max_loss_diff,
+            streams_restored=trajectory.streams_restored,
         ).found(*trajectory.findings)

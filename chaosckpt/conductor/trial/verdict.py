@@ -36,12 +36,16 @@ def _streams(finding: Finding) -> str:
     return f"{count} random stream{'' if count == 1 else 's'}{listed}"
 
 
-def _rng_states_missing(finding: Finding) -> str:
+def _rng_states_missing(finding: Finding, shown: str = "the resumed run reproduced the uninterrupted one") -> str:
     saved = len(finding.details.get("rng_states") or [])
     return (f"this checkpoint carries {saved or 'no'} RNG state{'' if saved == 1 else 's'} for the "
-            f"{_streams(finding)} the loop draws from, yet the resumed run reproduced the uninterrupted one: the job "
+            f"{_streams(finding)} the loop draws from, yet {shown}: the job "
             "sets those streams again itself (as a loader reseeded every epoch does); save every stream's state if "
             "it ever stops doing so")
+
+
+def _streams_as_before(finding: Finding) -> str:
+    return _rng_states_missing(finding, "at the resume each stream was as in the uninterrupted run")
 
 
 def _no_loader_state(finding: Finding) -> str:
@@ -64,10 +68,13 @@ DISPROVED: Dict[FindingKind, Callable[[Finding], str]] = {
 """Kinds whose wording predicts a divergence, with their wording once the resume reproduced the trajectory."""
 
 
-def settle(findings: Sequence[Finding], ignore: Sequence[str], reproduced: Optional[bool]) -> List[Finding]:
+def settle(findings: Sequence[Finding], ignore: Sequence[str], reproduced: Optional[bool],
+           streams_restored: Optional[bool] = None) -> List[Finding]:
     """The findings as the result reports them: the kinds the user silenced marked ignored; with a reproduced
-    trajectory, those predicting a divergence reworded as notes, so nothing claims what the trial disproved; a part
-    of the state the checkpoint lacks an error where the resume was shown not to restore it."""
+    trajectory, those predicting a divergence reworded as notes, so nothing claims what the trial disproved (RNG
+    states missing, too, when every stream was as the uninterrupted run's at the resume, ``streams_restored``,
+    whatever else diverged); a part of the state the checkpoint lacks an error where the resume was shown not to
+    restore it."""
     out = []
     unrestored = {f.details.get("part") for f in findings if f.kind in UNRESTORED}
     for finding in findings:
@@ -75,6 +82,8 @@ def settle(findings: Sequence[Finding], ignore: Sequence[str], reproduced: Optio
             finding = dataclasses.replace(finding, severity="error")  # the trial showed what it cost
         if reproduced and finding.kind in DISPROVED:
             finding = dataclasses.replace(finding, message=DISPROVED[finding.kind](finding), severity="note")
+        elif streams_restored and finding.kind == "rng-states-missing":
+            finding = dataclasses.replace(finding, message=_streams_as_before(finding), severity="note")
         if finding.kind in ignore:
             finding = dataclasses.replace(finding, ignored=True)
         out.append(finding)
@@ -97,10 +106,10 @@ def unsettled(findings: Sequence[Finding]) -> Optional[Finding]:
     return next((f for f in findings if f.kind in UNSETTLING and not f.ignored), None)
 
 
-def decided(trial: Trial, met: Optional[bool], ignore: Sequence[str]) -> Trial:
+def decided(trial: Trial, met: Optional[bool], ignore: Sequence[str], streams_restored: Optional[bool] = None) -> Trial:
     """``trial`` with its verdict: its findings as reported (``settle``), its status (``status``) and, when a
     finding left it inconclusive with no other reason given, that finding's reason (``UNSETTLING``)."""
-    findings = settle(trial.findings, ignore, trial.reproduced)
+    findings = settle(trial.findings, ignore, trial.reproduced, streams_restored)
     decided_status = status(met, findings)
     lead = unsettled(findings)
     if decided_status == "inconclusive" and trial.reason is None and lead is not None:
