@@ -99,6 +99,7 @@ JOBS = {
     "counter_job": Job("tests/jobs/counter_job.py", "tests/jobs/counter_job.py", ()),
     "counter_robust": Job("tests/jobs/counter_job.py --robust", "tests/jobs/counter_job.py", ("--robust",)),
     "epoch_skip_job": Job("tests/jobs/epoch_skip_job.py", "tests/jobs/epoch_skip_job.py", ()),
+    "epoch_skip_reseed": Job("tests/jobs/epoch_skip_job.py --reseed", "tests/jobs/epoch_skip_job.py", ("--reseed",)),
     "epoch_skip_robust": Job("tests/jobs/epoch_skip_job.py --robust", "tests/jobs/epoch_skip_job.py", ("--robust",)),
     "step_files_job": Job("tests/jobs/step_files_job.py", "tests/jobs/step_files_job.py", ()),
     "step_files_rotate_before": Job("tests/jobs/step_files_job.py --rotate before", "tests/jobs/step_files_job.py",
@@ -188,6 +189,9 @@ EPOCH_SKIP = ("a mid-epoch checkpoint with the epoch only, resumed at the next e
               "the stream starts again from the seed, so the resume's epochs draw the uninterrupted run's first "
               "orders again and it trains once more on the batches of steps 1-16, named by what the model "
               "consumed (epoch_skip_job.truth.md)")
+EPOCH_SKIP_RESEED = ("the same checkpoint, and the resume seeds torch with the epoch it resumes at: it skips the "
+                     "rest of the saved epoch (fewer steps) and draws orders the uninterrupted run never drew, two "
+                     "defects, both named (epoch_skip_job.truth.md)")
 EPOCH_SKIP_ROBUST = "the position in the epoch, its order and torch's RNG state saved: the resume reproduces"
 
 STEP_FILES = ("step-named files in one folder, each written to a temporary name, fsynced and renamed, the folder "
@@ -401,8 +405,7 @@ ROWS: List[Tuple[str, str, str, str, str]] = [
     ("state_job", "kill9-mid-save", "PASSED", "last-good", STATE),
     ("state_job", "enospc", "PASSED", "last-good", STATE),
     ("state_job", "power-loss", "PASSED", "last-good", STATE),
-    ("state_job", "eval-left-on", "FAILED", "last-good, eval-mode-in-training", STATE + "; batch norm in eval mode "
-     "normalizes with its running statistics"),
+    ("state_job", "eval-left-on", "PASSED", "last-good", STATE + "; model.train() before training"),
     ("state_optimizer", "kill9-mid-save", "FAILED", "last-good, optimizer-not-restored", STATE_OPTIMIZER),
     ("state_optimizer", "enospc", "FAILED", "last-good, optimizer-not-restored", STATE_OPTIMIZER),
     ("state_optimizer", "power-loss", "FAILED", "last-good, optimizer-not-restored", STATE_OPTIMIZER),
@@ -429,6 +432,15 @@ ROWS: List[Tuple[str, str, str, str, str]] = [
     ("epoch_skip_job", "eval-left-on", "FAILED", "last-good, steps-replayed + eval-mode-in-training", EPOCH_SKIP
      + "; and the modules train in eval mode (the job never calls model.train())"),
     ("epoch_skip_job", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
+    ("epoch_skip_reseed", "kill9-mid-save", "FAILED", "last-good, rng-not-restored + step-count-differs",
+     EPOCH_SKIP_RESEED),
+    ("epoch_skip_reseed", "enospc", "FAILED", "last-good, rng-not-restored + step-count-differs", EPOCH_SKIP_RESEED),
+    ("epoch_skip_reseed", "power-loss", "FAILED", "last-good, rng-not-restored + step-count-differs",
+     EPOCH_SKIP_RESEED),
+    ("epoch_skip_reseed", "eval-left-on", "FAILED",
+     "last-good, eval-mode-in-training + rng-not-restored + step-count-differs",
+     EPOCH_SKIP_RESEED + "; and the modules train in eval mode (the job never calls model.train())"),
+    ("epoch_skip_reseed", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
     ("epoch_skip_robust", "kill9-mid-save", "PASSED", "last-good", EPOCH_SKIP_ROBUST),
     ("epoch_skip_robust", "enospc", "PASSED", "last-good", EPOCH_SKIP_ROBUST),
     ("epoch_skip_robust", "power-loss", "PASSED", "last-good", EPOCH_SKIP_ROBUST),
@@ -460,11 +472,11 @@ ROWS: List[Tuple[str, str, str, str, str]] = [
     ("step_files_bytes_loads", "kill9-mid-save", "PASSED", "last-good", STEP_FILES_LOADS),
     ("step_files_bytes_loads", "enospc", "PASSED", "last-good", STEP_FILES_LOADS),
     ("step_files_bytes_loads", "eval-left-on", "PASSED", "last-good", STEP_FILES_LOADS + "; " + EVAL_SAME),
-    ("state_optimizer", "eval-left-on", "FAILED", "last-good, optimizer-not-restored", STATE_OPTIMIZER + "; in eval "
-     "mode too (the job never calls model.train())"),
+    ("state_optimizer", "eval-left-on", "FAILED", "last-good, optimizer-not-restored only", STATE_OPTIMIZER + "; "
+     "model.train() before training puts the mode back"),
     ("state_optimizer", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
-    ("state_buffers", "eval-left-on", "FAILED", "last-good, eval-mode-in-training", "in eval mode batch norm "
-     "normalizes with its running statistics and updates none: the buffers are not compared, the mode is the cause"),
+    ("state_buffers", "eval-left-on", "FAILED", "last-good, buffers-not-restored only", STATE_BUFFERS + "; "
+     "model.train() before training puts the mode back"),
     ("state_buffers", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
     ("state_two", "enospc", "FAILED", "last-good, optimizer-not-restored", STATE_TWO),
     ("state_two", "power-loss", "FAILED", "last-good, optimizer-not-restored", STATE_TWO),

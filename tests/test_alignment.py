@@ -187,19 +187,23 @@ def test_without_a_dataloader_the_steps_are_lined_up_by_what_the_model_consumed(
     assert alignment.finding(ref, right, 8) is None
 
 
-def test_the_input_fingerprint_is_of_the_outermost_module_with_parameters_and_its_latest_call():
+def test_the_input_fingerprint_is_of_the_outermost_module_with_parameters_and_its_latest_call_at_its_start():
     import torch
 
     from chaosckpt.agent.consumed import Consumed
 
-    consumed = Consumed()
+    forwards = []
+    consumed = Consumed(lambda: forwards.append(torch.get_rng_state()))
     consumed.install()
     try:
         scale = torch.nn.Identity()  # no parameters: not the model
-        model = torch.nn.Sequential(torch.nn.Linear(4, 2))
+        model = torch.nn.Sequential(torch.nn.Linear(4, 2), torch.nn.Dropout(0.5))
         assert consumed.take() is None
         first, second = torch.arange(8.0).reshape(2, 4), torch.ones(3, 4)
+        before = torch.get_rng_state()
         model(scale(first))
+        assert len(forwards) == 1 and torch.equal(forwards[0], before)  # as the forward began, before dropout drew
+        assert not torch.equal(torch.get_rng_state(), before)
         model(second)
         taken = consumed.take()
         assert taken is not None and taken.endswith(".3x4") and consumed.take() is None

@@ -6,13 +6,15 @@ iterable dataset or a generator has no indices. So the agent also names each ste
 the first module with parameters that the job calls (the outermost, since its pre-hook runs before its
 children's) is the root, and the first tensor of the root's latest call before the step is fingerprinted at the
 step (a strided sample of its values and its shape). A global forward hook runs only until the root is found;
-after that one hook on the root costs a Python call per forward, and the sample is taken once per step.
+after that one hook on the root costs a Python call per forward, and the sample is taken once per step. The same
+hook notes the device streams as the step's first forward begins (``on_forward``), before dropout draws: where no
+DataLoader marks the fetch of a batch, that is the point a resume in eval mode is compared at.
 """
 
 from __future__ import annotations
 
 import weakref
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -38,7 +40,9 @@ def _first_tensor(args: Any, kwargs: Any) -> Optional[torch.Tensor]:
 class Consumed:
     """The root module's latest input, kept until the step takes its fingerprint."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_forward: Callable[[], None] = lambda: None) -> None:
+        self._on_forward = on_forward
+        """Called as the root's forward begins, before anything in it draws (the device streams' fetch point)."""
         self._finder: Optional[Any] = None
         self._root: Optional[weakref.ref] = None
         self._latest: Optional[torch.Tensor] = None
@@ -57,6 +61,7 @@ class Consumed:
 
     def _keep(self, module: torch.nn.Module, args: Any, kwargs: Any) -> None:
         self._latest = _first_tensor(args, kwargs)
+        self._on_forward()
 
     def take(self) -> Optional[str]:
         """The fingerprint of what the root consumed last, once: ``crc.shape``; None when it ran no forward."""

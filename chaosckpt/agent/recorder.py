@@ -58,7 +58,7 @@ class Recorder(Bursts):
         self._need_digest = True
         self._state_due = True  # the next step records the manifest (``manifest``): the first, and after a save or load
         self.scalers = manifest.Scalers()
-        self.consumed = Consumed()
+        self.consumed = Consumed(self.on_batch)
         self._sample_next = False  # a checkpoint's tensor sets were loaded: the next step samples each parameter
         self._stepper: Optional[int] = None  # the thread that steps the primary optimizer: the training loop's
         self.hidden_steps = 0  # inside get_state_dict's optimizer state initialisation: its step is no training step
@@ -278,7 +278,8 @@ class Recorder(Bursts):
         self.emit("step", **fields, loss=self._take_losses())
 
     def on_batch(self) -> None:
-        """A DataLoader hands out a batch: at the step's first, note the device streams before its forward draws."""
+        """A DataLoader hands out a batch, or the root module's forward begins (a job with no DataLoader): at the
+        step's first, note the device streams before its forward draws."""
         if self.enabled and self._fetch_rng is None:
             self.guarded(self._note_fetch_rng)
 

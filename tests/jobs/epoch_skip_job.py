@@ -6,7 +6,9 @@ It draws a fixed dataset of 64 rows once, then trains 4 epochs of 8 steps each o
 ``torch.randperm`` order drawn at each epoch's start (no DataLoader), through dropout, with SGD and momentum. Every 6 steps it saves
 atomically the model, the optimizer and the epoch in progress, but neither the position in the epoch nor torch's
 RNG state; a resume starts at the epoch after the saved one, skipping the rest of the saved epoch.
-``--robust`` saves the position and the RNG state too, and resumes where the checkpoint was taken.
+``--robust`` saves the position and the RNG state too, and resumes where the checkpoint was taken. ``--reseed``
+seeds torch with the epoch it resumes at (``torch.manual_seed(epoch)``, a common ``seed + epoch``): the resume then
+both skips the rest of the saved epoch and draws orders the uninterrupted run never drew, two defects at once.
 """
 
 import argparse
@@ -18,6 +20,7 @@ from torch import nn
 p = argparse.ArgumentParser()
 p.add_argument("--every", type=int, default=6)
 p.add_argument("--robust", action="store_true")
+p.add_argument("--reseed", action="store_true", help="on resume, seed torch with the epoch it resumes at")
 args = p.parse_args()
 EPOCHS, ROWS, BATCH = 4, 64, 8
 
@@ -54,6 +57,8 @@ if os.path.exists(path):
         first_epoch, skip = ckpt["epoch"], ckpt["position"]
     else:
         first_epoch = ckpt["epoch"] + 1
+        if args.reseed:
+            torch.manual_seed(first_epoch)
     print(f"resumed from step {step}, epoch {first_epoch}", flush=True)
 
 for epoch in range(first_epoch, EPOCHS):

@@ -5,7 +5,8 @@ It trains 32 steps of a small MLP with batch norm, Adam and a CosineAnnealingLR 
 folder) the model, the optimizer, the scheduler, torch's RNG state and the step. ``--unsaved PART`` (repeatable)
 leaves one part out of the checkpoint: ``optimizer`` (Adam's moments start again from zero), ``scheduler`` (its
 ``last_epoch`` starts again at 0), ``buffers`` (the model's parameters only: batch norm's running statistics start
-again). With no ``--unsaved`` it restores everything: the control.
+again). With no ``--unsaved`` it restores everything: the control. It calls ``model.train()`` before training, as
+a resume that may follow a validation pass must (``model.training`` is in no state dict).
 """
 
 import argparse
@@ -51,6 +52,7 @@ if os.path.exists(path):
     torch.set_rng_state(ckpt["rng"])
     start = ckpt["step"]
     print(f"resumed from step {start}", flush=True)
+model.train()
 
 for step in range(start + 1, args.steps + 1):
     x = torch.randn(16, 8)
