@@ -35,6 +35,9 @@ SCENARIOS = ("kill9-mid-save", "enospc", "power-loss", "eval-left-on", "rank-epo
 NODE_SCENARIOS = ("node-power-loss", "node-loss")
 """Scenarios of multi-node jobs (``--nnodes``): judged by tests/test_nodes.py on nodes of their own, not here."""
 
+ASYNC_PAUSE = ("the saver thread finishes each checkpoint before the training's next step (the main thread "
+               "pauses after the hand-over): the checkpoint ends at that step, and the power loss after save 2 "
+               "comes there, not at the exit (async_thread_job.truth.md)")
 ONLY = " only"
 """Ends an expected cause that must be the trial's one explaining finding (``last-good, steps-replayed only``): every
 explaining finding is compared, as with causes joined by `` + ``, so a second, wrong cause fails the row."""
@@ -91,6 +94,8 @@ JOBS = {
     "link_job": Job("tests/jobs/link_job.py", "tests/jobs/link_job.py", ()),
     "safetensors_job": Job("tests/jobs/safetensors_job.py", "tests/jobs/safetensors_job.py", ()),
     "async_thread_job": Job("tests/jobs/async_thread_job.py", "tests/jobs/async_thread_job.py", ()),
+    "async_thread_pause": Job("tests/jobs/async_thread_job.py --pause-after-handoff", "tests/jobs/async_thread_job.py",
+                              ("--pause-after-handoff",)),
     "async_thread_daemon": Job("tests/jobs/async_thread_job.py --daemon", "tests/jobs/async_thread_job.py",
                                ("--daemon",)),
     "scheduler_job": Job("tests/jobs/scheduler_job.py", "tests/jobs/scheduler_job.py", ()),
@@ -395,6 +400,11 @@ ROWS: List[Tuple[str, str, str, str, str]] = [
      "the saver fsyncs the file before the rename and the folder after it: last.pt is always a whole checkpoint"),
     ("async_thread_job", "eval-left-on", "PASSED", "last-good", EVAL_SAME),
     ("async_thread_job", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
+    ("async_thread_pause", "kill9-mid-save", "PASSED", "last-good", ASYNC_PAUSE),
+    ("async_thread_pause", "enospc", "PASSED", "last-good", ASYNC_PAUSE),
+    ("async_thread_pause", "power-loss", "PASSED", "last-good", ASYNC_PAUSE),
+    ("async_thread_pause", "eval-left-on", "PASSED", "last-good", ASYNC_PAUSE + "; " + EVAL_SAME),
+    ("async_thread_pause", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
     ("scheduler_job", "kill9-mid-save", "FAILED", "last-good, scheduler-not-restored", SCHEDULER),
     ("scheduler_job", "enospc", "FAILED", "last-good, scheduler-not-restored", "the full disk fails the temporary file, last.pt is intact; "
      + SCHEDULER),

@@ -43,3 +43,13 @@ def test_a_job_that_exits_with_its_last_save_in_flight_and_never_sees_a_full_dis
     assert unobserved["save"] == 2 and unobserved["thread"] == "saver" and unobserved["steps_after"] >= 6
     assert t["fault"]["noticed"] is False
     assert t["headline"].startswith("FAILED enospc: the job never noticed the error that failed its background save")
+
+
+def test_a_saver_that_finishes_before_the_next_step_ends_its_checkpoint_there_and_a_power_loss_strikes_in_time(
+        tmp_path):
+    """--pause-after-handoff: each checkpoint, serialized on the training thread, is written, renamed and fsynced by
+    the saver before the next step. It ends at that step, not at the exit, so the power loss after save 2 comes
+    there and the resume has steps to take (it was INCONCLUSIVE whenever a loaded machine made this order)."""
+    rc, t = judged(tmp_path, JOB, "-s", "power-loss", "--", "--pause-after-handoff")
+    assert rc == 0 and t["status"] == "passed", t["headline"]
+    assert t["outcome"] == "last-good" and t["recovered_step"] == 12 and t["compared_steps"] == 12

@@ -227,6 +227,8 @@ class Bursts:
         self._burst.checkpoint, self._burst.carrying = ckpt, True
         if ckpt.background is None and self._stepper is not None and threading.get_ident() != self._stepper:
             ckpt.background = threading.current_thread().name
+            with self._lock:  # kept by its step, so the training's next step lets it go if its writer finished first
+                self._by_step.setdefault(ckpt.step, ckpt)
             self.emit("save-thread", save=ckpt.index, thread=ckpt.background)
 
     def idle(self) -> None:

@@ -15,6 +15,9 @@ process exits while it is still being written, so the final checkpoint never lan
 The main thread serializes because a daemon thread stopped by the interpreter's exit inside ``torch.save`` aborts
 the process (SIGABRT); stopped in a plain file write, it exits cleanly (async_thread_job.truth.md).
 
+``--pause-after-handoff``: the main thread sleeps 0.5 s after each hand-over, so the saver has written, renamed
+and fsynced the checkpoint before the next step begins (as a loaded machine makes it now and then).
+
 ``ASYNC_PAUSE_IN_SAVE=SECONDS`` (for killing it by hand) pauses the second save's thread once it has written 1 MiB
 of ``last.pt.tmp``, while the main thread trains on."""
 
@@ -80,6 +83,8 @@ class Saver:
     def start(self, data, step):
         self.wait()
         self.queue.put((data, step))
+        if "--pause-after-handoff" in sys.argv:
+            time.sleep(0.5)
 
     def wait(self):
         if self.daemon:
