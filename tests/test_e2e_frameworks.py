@@ -50,8 +50,9 @@ def test_hf_trainer_resume_from_checkpoint_true_takes_the_incomplete_folder(tmp_
 
 def test_accelerate_total_limit_deletes_the_last_complete_checkpoint_first(tmp_path):
     rc, t = trial(tmp_path / "default", "accelerate_job.py")
-    assert rc == 1 and t["last_good_step"] is None
-    assert "rotation-before-complete" in kinds(t)
+    assert rc == 1 and t["last_good_step"] == 4  # the job deleted it before the next was complete: still the last good
+    (rotated,) = [f for f in t["findings"] if f["kind"] == "rotation-before-complete"]
+    assert rotated["deleted_step"] == 4
     # the file the kill caught Accelerate writing sent no end event: the fault event names it, so it is counted
     struck = t["fault"]["path"]
     assert t["fault"]["files"][struck] is not None
