@@ -50,6 +50,19 @@ def test_the_manifest_finds_the_scheduler_through_the_optimizer_not_by_name():
     assert set(state["buffers Sequential"]["buffers"]) == {"1.running_mean", "1.running_var", "1.num_batches_tracked"}
 
 
+def test_the_holders_found_are_kept_until_what_refers_to_the_optimizer_changes(monkeypatch):
+    model, opt, sched = _job(1)
+    walks = []
+    walk = manifest._walk_holders
+    monkeypatch.setattr(manifest, "_walk_holders", lambda o: walks.append(1) or walk(o))
+    assert manifest.holders_of(opt) == [sched] and manifest.holders_of(opt) == [sched] and len(walks) == 1
+    warmup = torch.optim.lr_scheduler.LinearLR(opt)  # one more reference to the optimizer: walked again
+    assert manifest.holders_of(opt) == [sched, warmup] and len(walks) == 2
+    del warmup
+    sched = torch.optim.lr_scheduler.StepLR(opt, 2)  # made anew in the old one's place: the count is as before
+    assert [type(h).__name__ for h in manifest.holders_of(opt)] == ["StepLR"] and len(walks) == 3
+
+
 def test_objects_that_hold_the_optimizer_but_keep_no_state_of_their_own_are_never_asked_for_one():
     model, opt, _ = _job(1)
     asked = []

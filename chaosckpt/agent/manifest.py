@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gc
 import math
+import sys
 import types
 import weakref
 import zlib
@@ -118,10 +119,32 @@ def buffers_part(root: torch.nn.Module) -> Dict[str, Any]:
     return {"class": type(root).__name__, "buffers": buffers}
 
 
+_HOLDERS: Dict[tuple, List[weakref.ref]] = {}
+"""The holders last found for an optimizer (its weak reference first), by its id and its reference count then: a
+walk of the heap costs tens of milliseconds, and what refers to an optimizer changes rarely (a scheduler made anew
+changes the count, or frees the one found before). A few counts are kept: each caller's frames add their own."""
+HOLDERS_KEPT = 16
+
+
 def holders_of(opt: torch.optim.Optimizer) -> List[Any]:
     """Objects whose attributes hold ``opt`` and that save and load a state (LR schedulers, whichever library made
     them), found by what refers to the optimizer, not by their type. Modules (a script's globals, an ``nn.Module``
     whose ``state_dict`` may gather across ranks) and optimizer wrappers are never asked for their state."""
+    key = (id(opt), sys.getrefcount(opt))
+    known = [ref() for ref in _HOLDERS.get(key, ())]
+    if known and known[0] is opt and all(h is not None for h in known):
+        return known[1:]
+    found = _walk_holders(opt)
+    try:
+        _HOLDERS[key] = [weakref.ref(h) for h in (opt, *found)]
+    except TypeError:  # a holder that takes no weak reference: walked again each time
+        return found
+    while len(_HOLDERS) > HOLDERS_KEPT:
+        del _HOLDERS[next(iter(_HOLDERS))]
+    return found
+
+
+def _walk_holders(opt: torch.optim.Optimizer) -> List[Any]:
     found: List[Any] = []
     for referrer in gc.get_referrers(opt):
         # an instance's attributes are a dict that refers to the optimizer, or, kept inline (CPython 3.11+), the
