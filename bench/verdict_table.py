@@ -31,7 +31,7 @@ from typing import Dict, List, Optional, Tuple
 from chaosckpt.conductor.disk.sweep import first_failed
 
 REPO = Path(__file__).resolve().parent.parent
-SCENARIOS = ("kill9-mid-save", "enospc", "power-loss", "eval-left-on", "rank-epoch-skew")
+SCENARIOS = ("kill9-mid-save", "enospc", "power-loss", "eval-left-on", "rank-epoch-skew", "preemption")
 NODE_SCENARIOS = ("node-power-loss", "node-loss")
 """Scenarios of multi-node jobs (``--nnodes``): judged by tests/test_nodes.py on nodes of their own, not here."""
 
@@ -42,9 +42,15 @@ ONLY = " only"
 """Ends an expected cause that must be the trial's one explaining finding (``last-good, steps-replayed only``): every
 explaining finding is compared, as with causes joined by `` + ``, so a second, wrong cause fails the row."""
 EVAL_SAME = "no dropout or batch norm: eval mode computes the same"
+AS_KILLED = ("no SIGTERM handler: the signal's default action ends the job in save 2, where kill9-mid-save's SIGKILL "
+             "lands, so it meets the kill's verdict (with no-emergency-save: the steps since its last checkpoint lost)")
+"""Why preemption gives a job that does not handle SIGTERM its kill9-mid-save verdict."""
+PREEMPT_ATOMIC = ("the periodic saves are atomic (temporary name, fsync, rename, folder fsync): the previous last.pt "
+                  "survives (preempt_job.truth.md)")
 """Why eval-left-on passes a job whose modules compute the same in both modes."""
 
-EXPLAINING = ("background-error-unobserved", "exit-with-save-in-flight", "resume-chose-incomplete",
+EXPLAINING = ("background-error-unobserved", "exit-with-save-in-flight", "emergency-save-torn", "exit-0-after-preemption",
+              "resume-chose-incomplete",
               "resume-chose-dcp-without-metadata", "resume-chose-older", "rotation-before-complete",
               "resume-exited", "acknowledged-checkpoint-lost", "move-became-copy", "torn-checkpoint", "in-place-save",
               "resumed-other-weights", "ranks-disagree", "steps-skipped", "steps-replayed", "optimizer-not-restored",
@@ -124,6 +130,12 @@ JOBS = {
     "dcp_async_single": Job("tests/jobs/dcp_async_single_job.py", "tests/jobs/dcp_async_single_job.py", ()),
     "dcp_async_single_naive": Job("tests/jobs/dcp_async_single_job.py --naive", "tests/jobs/dcp_async_single_job.py",
                                   ("--naive",)),
+    "preempt_atomic": Job("tests/jobs/preempt_job.py --handler atomic --slow 2", "tests/jobs/preempt_job.py",
+                          ("--handler", "atomic", "--slow", "2")),
+    "preempt_inplace": Job("tests/jobs/preempt_job.py --handler inplace --slow 2", "tests/jobs/preempt_job.py",
+                           ("--handler", "inplace", "--slow", "2")),
+    "preempt_exit": Job("tests/jobs/preempt_job.py --handler exit", "tests/jobs/preempt_job.py", ("--handler", "exit")),
+    "preempt_none": Job("tests/jobs/preempt_job.py --handler none", "tests/jobs/preempt_job.py", ("--handler", "none")),
 }
 
 SWEEP_JOBS = {
@@ -551,6 +563,93 @@ ROWS: List[Tuple[str, str, str, str, str]] = [
      "the clean kill comes once step 16's save has completed, and the resume takes step_16/; no dropout or batch "
      "norm: eval mode computes the same"),
     ("dcp_async_single_naive", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
+    ("robust_train", "preemption", "PASSED", "last-good", AS_KILLED),
+    ("naive_train", "preemption", "FAILED", "crashed, torn-checkpoint", AS_KILLED),
+    ("lightning_train", "preemption", "PASSED", "last-good",
+     "Lightning's SIGTERM handler sets a flag: the checkpoint in progress finishes, the epoch ends and fit raises SIGTERMException (exit 0) with a checkpoint of its step; save_last='link' and an RNG callback: the resume reproduces"),
+    ("train_job", "preemption", "PASSED", "last-good", AS_KILLED),
+    ("lightning_job", "preemption", "FAILED", "last-good, rng-not-restored",
+     "Lightning's SIGTERM handler sets a flag: checkpoint 2 finishes, the epoch ends and fit raises SIGTERMException (exit 0) with a checkpoint of its step, which the resume takes; its loader's generator is not saved, so the resume diverges"),
+    ("lightning_async_job", "preemption", "PASSED", "last-good",
+     "Lightning's SIGTERM handler sets a flag: the worker thread finishes checkpoint 2, fit raises SIGTERMException at the epoch's end and the teardown waits for the thread: the resume takes that checkpoint"),
+    ("ddp_job", "preemption", "PASSED", "last-good", AS_KILLED),
+    ("place_job", "preemption", "PASSED", "last-good", AS_KILLED),
+    ("writers_job", "preemption", "FAILED", "crashed, torn-checkpoint", AS_KILLED),
+    ("membuf_job", "preemption", "FAILED", "crashed, torn-checkpoint", AS_KILLED),
+    ("membuf_robust", "preemption", "PASSED", "last-good", AS_KILLED),
+    ("bestcopy_job", "preemption", "PASSED", "last-good", AS_KILLED),
+    ("ema_job", "preemption", "FAILED", "unknown-state, resumed-other-weights", AS_KILLED),
+    ("ema_job_model", "preemption", "PASSED", "last-good", AS_KILLED),
+    ("ema_module_job", "preemption", "FAILED", "unknown-state, resumed-other-weights", AS_KILLED),
+    ("midepoch_job", "preemption", "FAILED", "last-good, steps-skipped", AS_KILLED),
+    ("midepoch_replay", "preemption", "FAILED", "last-good, steps-replayed", AS_KILLED),
+    ("midepoch_replay_rng", "preemption", "FAILED", "last-good, steps-replayed only", AS_KILLED),
+    ("midepoch_position_rng", "preemption", "PASSED", "last-good", AS_KILLED),
+    ("midepoch_position", "preemption", "PASSED", "last-good", AS_KILLED),
+    ("preload_job", "preemption", "PASSED", "last-good", AS_KILLED),
+    ("cwd_ckpt_job", "preemption", "PASSED", "last-good", AS_KILLED),
+    ("link_job", "preemption", "PASSED", "last-good", AS_KILLED),
+    ("safetensors_job", "preemption", "PASSED", "last-good", AS_KILLED),
+    ("async_thread_job", "preemption", "PASSED", "last-good", AS_KILLED),
+    ("async_thread_pause", "preemption", "PASSED", "last-good", AS_KILLED),
+    ("async_thread_daemon", "preemption", "FAILED", "last-good, exit-with-save-in-flight", AS_KILLED),
+    ("scheduler_job", "preemption", "FAILED", "last-good, scheduler-not-restored", AS_KILLED),
+    ("scheduler_saved", "preemption", "PASSED", "last-good", AS_KILLED),
+    ("counter_job", "preemption", "FAILED", "last-good, steps-replayed", AS_KILLED),
+    ("counter_robust", "preemption", "PASSED", "last-good", AS_KILLED),
+    ("epoch_skip_job", "preemption", "FAILED", "last-good, steps-replayed", AS_KILLED),
+    ("epoch_skip_reseed", "preemption", "FAILED", "last-good, rng-not-restored + step-count-differs", AS_KILLED),
+    ("epoch_skip_robust", "preemption", "PASSED", "last-good", AS_KILLED),
+    ("step_files_job", "preemption", "PASSED", "last-good", AS_KILLED),
+    ("step_files_rotate_before", "preemption", "FAILED", "scratch, rotation-before-complete", AS_KILLED),
+    ("step_files_bytes", "preemption", "FAILED", "crashed, resume-chose-incomplete", AS_KILLED),
+    ("step_files_bytes_loads", "preemption", "PASSED", "last-good", AS_KILLED),
+    ("state_job", "preemption", "PASSED", "last-good", AS_KILLED),
+    ("state_optimizer", "preemption", "FAILED", "last-good, optimizer-not-restored", AS_KILLED),
+    ("state_buffers", "preemption", "FAILED", "last-good, buffers-not-restored", AS_KILLED),
+    ("state_two", "preemption", "FAILED", "last-good, optimizer-not-restored", AS_KILLED),
+    ("async_slow_robust", "preemption", "PASSED", "last-good", AS_KILLED),
+    ("async_slow_daemon", "preemption", "FAILED", "last-good, exit-with-save-in-flight", AS_KILLED),
+    ("dcp_async_single", "preemption", "PASSED", "last-good", AS_KILLED),
+    ("dcp_async_single_naive", "preemption", "FAILED", "crashed, rotation-before-complete", AS_KILLED),
+    ("preempt_atomic", "kill9-mid-save", "PASSED", "last-good", PREEMPT_ATOMIC),
+    ("preempt_atomic", "enospc", "PASSED", "last-good", PREEMPT_ATOMIC + "; the full disk's error ends the job"),
+    ("preempt_atomic", "power-loss", "PASSED", "last-good", PREEMPT_ATOMIC),
+    ("preempt_atomic", "eval-left-on", "PASSED", "last-good", EVAL_SAME),
+    ("preempt_atomic", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
+    ("preempt_atomic", "preemption", "PASSED", "last-good",
+     "the handler's flag, step 17, then an atomic emergency save of step 17 (2 s) inside the 30 s grace: the resume "
+     "starts at step 17"),
+    ("preempt_atomic", "preemption -p grace=0.5", "PASSED", "last-good",
+     "the emergency save of step 17 takes 2 s and the SIGKILL cuts it at 0.5 s (emergency-save-too-long); it wrote "
+     "a temporary file, so last.pt of step 16 survives for the resume (preempt_job.truth.md)"),
+    ("preempt_inplace", "kill9-mid-save", "PASSED", "last-good", PREEMPT_ATOMIC),
+    ("preempt_inplace", "enospc", "PASSED", "last-good", PREEMPT_ATOMIC + "; the full disk's error ends the job"),
+    ("preempt_inplace", "power-loss", "PASSED", "last-good", PREEMPT_ATOMIC),
+    ("preempt_inplace", "eval-left-on", "PASSED", "last-good", EVAL_SAME),
+    ("preempt_inplace", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
+    ("preempt_inplace", "preemption", "PASSED", "last-good",
+     "the emergency save of step 17, written over last.pt, takes 2 s: inside the 30 s grace it completes, and the "
+     "resume starts at step 17"),
+    ("preempt_inplace", "preemption -p grace=0.5", "FAILED", "crashed, emergency-save-torn",
+     "the emergency save of step 17 is written straight over last.pt and cut by the SIGKILL at 0.5 s: last.pt holds "
+     "262,144 of its bytes and the resume crashes on it (preempt_job.truth.md)"),
+    ("preempt_exit", "kill9-mid-save", "PASSED", "last-good", PREEMPT_ATOMIC),
+    ("preempt_exit", "enospc", "PASSED", "last-good", PREEMPT_ATOMIC + "; the full disk's error ends the job"),
+    ("preempt_exit", "power-loss", "PASSED", "last-good", PREEMPT_ATOMIC),
+    ("preempt_exit", "eval-left-on", "PASSED", "last-good", EVAL_SAME),
+    ("preempt_exit", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
+    ("preempt_exit", "preemption", "FAILED", "last-good, exit-0-after-preemption",
+     "the handler calls sys.exit(0) inside save 2: status 0 with step 8's checkpoint the newest, steps 9-16 never "
+     "saved; a scheduler would never requeue it (preempt_job.truth.md)"),
+    ("preempt_none", "kill9-mid-save", "PASSED", "last-good", PREEMPT_ATOMIC),
+    ("preempt_none", "enospc", "PASSED", "last-good", PREEMPT_ATOMIC + "; the full disk's error ends the job"),
+    ("preempt_none", "power-loss", "PASSED", "last-good", PREEMPT_ATOMIC),
+    ("preempt_none", "eval-left-on", "PASSED", "last-good", EVAL_SAME),
+    ("preempt_none", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
+    ("preempt_none", "preemption", "PASSED", "last-good",
+     "no handler: SIGTERM ends it inside save 2 and the resume takes step 8's atomic last.pt (no-emergency-save: 8 "
+     "steps lost; preempt_job.truth.md)"),
 ]
 
 SWEEP_ROWS: List[Tuple[str, str, str, str, str]] = [

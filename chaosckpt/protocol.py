@@ -174,6 +174,9 @@ FAULT_FLAG_PREFIX = "fault."
 """The agent creates ``fault.<pid>`` in the run directory when a fault halts the job."""
 STOP_FLAG_PREFIX = "stop."
 """The agent creates ``stop.<pid>`` in the run directory when the job reached its horizon."""
+SIGNALLED_MARK = "signalled"
+"""The conductor creates ``signalled`` in the run directory once a preemption's signal is sent: the agent that
+raised the fault's flag waits for it, so the signal lands where the fault was placed, then lets the job go on."""
 
 EVENT_TYPES = ("hello", "step", "save-begin", "save-file", "save-move", "save-end", "load", "restore", "fault", "op",
                "sampler", "stop", "uncaught", "exit", "refused", "save-handoff", "save-thread",
@@ -234,9 +237,10 @@ def fault_flags(run_dir: Path, prefix: str = FAULT_FLAG_PREFIX) -> List[Path]:
 # --- The fault spec: what the conductor arms (``CHAOSCKPT_FAULT``) and the agent fires ---------------------
 
 FAULT_SPEC_VERSION = 1
-AgentFaultKind = Literal["halt", "enospc", "disk-full", "eval"]
+AgentFaultKind = Literal["halt", "preempt", "enospc", "disk-full", "eval"]
 FAULT_PLACEMENTS: Dict[str, Tuple[str, ...]] = {
     "halt": ("at_byte", "at_write", "at_op", "after_save"),
+    "preempt": ("at_byte", "at_write"),
     "enospc": ("at_byte", "at_write"),
     "disk-full": ("free_bytes",),
     "eval": ("after_load",),
@@ -330,11 +334,15 @@ FindingKind = Literal[
     "crash-at-exit",
     "epoch-order-differs",
     "epoch-order-replayed",
+    "emergency-save-too-long",
+    "emergency-save-torn",
     "eval-mode-in-training",
+    "exit-0-after-preemption",
     "exit-with-save-in-flight",
     "in-place-save",
     "journal-refused",
     "move-became-copy",
+    "no-emergency-save",
     "no-loadable-checkpoint",
     "no-loader-state",
     "no-step-in-checkpoint",
@@ -360,6 +368,7 @@ FindingKind = Literal[
     "sampler-overlap",
     "scaler-not-restored",
     "scheduler-not-restored",
+    "signal-missed-ranks",
     "step-count-differs",
     "steps-before-load",
     "steps-replayed",
@@ -374,7 +383,7 @@ FindingKind = Literal[
 FINDING_KINDS = get_args(FindingKind)
 
 _ERRORS: tuple[FindingKind, ...] = ("acknowledged-checkpoint-lost", "background-error-unobserved",
-                                    "exit-with-save-in-flight", "no-loadable-checkpoint", "ranks-disagree",
+                                    "emergency-save-torn", "exit-0-after-preemption", "exit-with-save-in-flight", "no-loadable-checkpoint", "ranks-disagree",
                                     "resume-exited", "resume-hung", "resumed-other-weights")
 _NOTES: tuple[FindingKind, ...] = ("crash-at-exit", "not-interposed", "resumed-weights-unmatched", "steps-before-load",
                                    "sweep")

@@ -42,7 +42,7 @@ def test_an_unknown_fault_is_one_line_naming_the_known_ones():
     with pytest.raises(UsageError) as err:
         scenarios.parse('name = "x"\nfault = "meteor"\n', "mine.toml")
     assert str(err.value) == ("mine.toml: unknown fault 'meteor' (known: kill, enospc, power-loss, eval-left-on, "
-                              "rank-skew)")
+                              "rank-skew, preempt)")
 
 
 def test_an_unknown_fault_on_the_command_line_is_a_usage_error(tmp_path):
@@ -51,7 +51,7 @@ def test_an_unknown_fault_on_the_command_line_is_a_usage_error(tmp_path):
     result = run_chaosckpt(["run", "--scenario", str(tmp_path / "meteor.toml"), "train.py"], cwd=tmp_path)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1].endswith(
-        "unknown fault 'meteor' (known: kill, enospc, power-loss, eval-left-on, rank-skew)")
+        "unknown fault 'meteor' (known: kill, enospc, power-loss, eval-left-on, rank-skew, preempt)")
     assert "Traceback" not in result.stderr
 
 

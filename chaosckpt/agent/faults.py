@@ -10,6 +10,10 @@ whose bytes ``at_byte`` / ``at_write`` count; else they count across the checkpo
   journal operation ``at_op`` counted from the save's start, or ``after_save``:
   at the job's next step or save after the save returned (the job believes it
   saved), or at its exit.
+- ``preempt``: before the write at ``at_byte`` / ``at_write`` of the save, raise the flag and wait (at most
+  ``SIGNAL_WAIT``) while the conductor signals the job as a scheduler preempting it would; the job's handler runs
+  there (or the signal ends the process), then the write goes on. The conductor SIGKILLs what is left after the
+  grace period.
 - ``enospc``: the write at ``at_byte`` / ``at_write`` of the save writes what fits
   and raises ``OSError(ENOSPC)``, as a full disk does; the job carries on as it may.
 - ``disk-full``: from the start of the save, ``free_bytes`` more bytes fit in the
@@ -35,6 +39,8 @@ from chaosckpt.agent import watchdog
 HALT_SECONDS = 600.0
 """How long a halted job waits for the conductor's SIGKILL before exiting by itself (sooner if the conductor dies)."""
 HALT_EXIT_CODE = 86
+SIGNAL_WAIT = 30.0
+"""The longest a preempted process waits for the conductor's signal before going on without it."""
 IN_FLIGHT_WAIT = 30.0
 """The longest a background save's writer waits at its fault for the training thread to be held (a job waiting for
 its save takes no step), and the longest the training thread is held waiting for the fault."""
@@ -97,3 +103,15 @@ def halt(writer, event: str = "fault", flag: str = protocol.FAULT_FLAG_PREFIX, *
     while time.monotonic() < deadline and watchdog.conductor_alive():
         time.sleep(0.05)
     os._exit(HALT_EXIT_CODE)
+
+
+def preempt(writer, **fields: object) -> None:
+    """Record the fault, raise its flag and wait until the conductor has sent the preemption's signal: the job's
+    handler runs during this wait (the sleep is interrupted for it), or the signal's default action ends the
+    process here."""
+    writer.emit("fault", **fields)
+    writer.raise_flag(protocol.FAULT_FLAG_PREFIX)
+    mark = os.path.join(writer.run_dir, protocol.SIGNALLED_MARK)
+    deadline = time.monotonic() + SIGNAL_WAIT
+    while not os.path.exists(mark) and time.monotonic() < deadline and watchdog.conductor_alive():
+        time.sleep(0.005)

@@ -70,6 +70,7 @@ class Recorder(Bursts):
         self._halt_pending: Optional[dict] = None
         self._held = False  # the training thread waits where the fault's background save expects it (``_hold``)
         self._strike: Optional[str] = None  # the fault is striking: "halt" (held until the kill) or "done"
+        self._preempted = False  # a preemption's place was reached: its signal lands once
         self._digest_due = False  # a thread or task was handed work: the next step's digest is of its state
         self._handed_digest: Optional[tuple] = None  # (step, digest) taken for a background save
         self.background_error: Optional[BaseException] = None  # the fault raised in a background save, its fate open
@@ -81,7 +82,8 @@ class Recorder(Bursts):
         self._spawned = multiprocessing.parent_process() is not None  # started by multiprocessing (DCP's helper)
 
     def fire(self, **fields: object) -> None:
-        """The armed fault's moment has come: halt for the conductor's SIGKILL, or fail the write with ENOSPC.
+        """The armed fault's moment has come: halt for the conductor's SIGKILL, wait for its preemption signal, or
+        fail the write with ENOSPC.
         The event names the files the process was still writing and the copy it was inside, if any: a killed
         process sends no ``save-file`` or ``save-move`` event for them."""
         fields = {"fault": self.fault.kind, "save": self.fault.save, **fields, **self._in_progress()}
@@ -91,6 +93,13 @@ class Recorder(Bursts):
         if self.fault.kind == "halt":
             self._strike = "halt"
             faults.halt(self.writer, **fields)
+        if self.fault.kind == "preempt":
+            if self._preempted:
+                return  # another thread's write reached the place first: the signal lands once
+            self._preempted = True
+            faults.preempt(self.writer, **fields)
+            self._strike = "done"  # a training thread held for a background save goes on once the signal is sent
+            return
         self._strike = "done"
         self.emit("fault", **fields)
         error = faults.disk_full_error()

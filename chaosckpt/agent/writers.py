@@ -53,7 +53,7 @@ class FileTally:
         fault = rec.fault if rec.fault is not None and rec.fault.save == checkpoint.index else None
         name = named or path  # what ``file=`` matches: the file the job names (safetensors' bytes land beside it)
         matches = fault is None or fault.file is None or name is not None and os.path.basename(name) == fault.file
-        self.fault = fault if fault is not None and fault.kind in ("halt", "enospc") and matches else None
+        self.fault = fault if fault is not None and fault.kind in ("halt", "preempt", "enospc") and matches else None
         self.ends: Optional[list] = [] if fault is not None and fault.write_ends else None
 
     def live(self) -> bool:
@@ -109,6 +109,10 @@ class FileTally:
             if self.error is None:
                 self.error = os.strerror(exc.errno) if exc.errno else str(exc)
             raise
+        except BaseException as exc:  # a signal handler's exit (or any exception it raised) cut the write short
+            if self.error is None:
+                self.error = f"interrupted by {type(exc).__name__}"
+            raise
 
     def _write(self, size: int, send: Callable[[Optional[int]], Optional[int]],
                flush: Optional[Callable[[], Any]]) -> int:
@@ -119,16 +123,20 @@ class FileTally:
             cut = self.fault.cut(counted.writes, counted.bytes, size) if self.fault is not None else None
             if cut is None:
                 return self._count(size, send(None))
-            if cut:
-                send(cut)
-            if flush is not None:
-                flush()
-            fields = {"write": counted.writes + 1, "bytes": counted.bytes + cut, "path": self.path}
-            self.fault, self.full = None, True
-            if cut:
-                self.count(cut)
+            preempted = self.fault.kind == "preempt"
+            fields = {"write": counted.writes + 1, "bytes": counted.bytes + (0 if preempted else cut), "path": self.path}
+            self.fault = None
+            if not preempted:
+                if cut:
+                    send(cut)
+                if flush is not None:
+                    flush()
+                self.full = True
+                if cut:
+                    self.count(cut)
         self.rec.fire(**fields)
-        return 0
+        # a preemption's signal lands before this write, which goes on after it; a halt or ENOSPC never returns here
+        return self._count(size, send(None)) if preempted else 0
 
     def _count(self, size: int, written: Optional[int]) -> int:
         written = size if written is None else written

@@ -8,14 +8,15 @@ from __future__ import annotations
 from typing import Dict, Literal
 
 from chaosckpt.conductor.errors import UsageError
-from chaosckpt.conductor.faults import enospc, eval_left_on, kill, node_loss, node_power_loss, power_loss, rank_skew
+from chaosckpt.conductor.faults import (enospc, eval_left_on, kill, node_loss, node_power_loss, power_loss, preemption,
+                                       rank_skew)
 from chaosckpt.conductor.faults.kind import FaultKind
 from chaosckpt.conductor.faults.trigger import Trigger
 
-FaultName = Literal["kill", "enospc", "power-loss", "eval-left-on", "rank-skew"]
+FaultName = Literal["kill", "enospc", "power-loss", "eval-left-on", "rank-skew", "preempt"]
 """The ``fault`` a scenario names."""
 KINDS: Dict[str, FaultKind] = {k.name: k for k in (kill.KIND, enospc.KIND, power_loss.KIND, eval_left_on.KIND,
-                                                   rank_skew.KIND)}
+                                                   rank_skew.KIND, preemption.KIND)}
 ON_NODE: Dict[str, FaultKind] = {kill.KIND.name: node_loss.KIND, power_loss.KIND.name: node_power_loss.KIND}
 """What a kind that ``takes_node`` becomes when its trigger names one node of a multi-node job."""
 DEFAULT_SCENARIO = kill.KIND.scenario

@@ -13,6 +13,7 @@ from chaosckpt.conductor.faults import arming
 from chaosckpt.conductor.faults.trigger import PLACEMENT_KEYS, Trigger
 from chaosckpt.conductor.nodes.cluster import Cluster
 from chaosckpt.conductor.nodes.conduct import NodeFault
+from chaosckpt.conductor.runs import preemption
 from chaosckpt.conductor.runs.runlog import RunLog, Save
 
 
@@ -101,6 +102,10 @@ class FaultKind:
     def resume_env(self, trigger: Trigger, reference: RunLog) -> Dict[str, str]:
         """Environment the resume run gets."""
         return {}
+
+    def preempts(self, trigger: Trigger) -> Optional[preemption.Preemption]:
+        """The signal and grace the job gets when the fault fires, for a kind that preempts it; else None (a kill)."""
+        return None
 
     def hold(self, reference: RunLog, fault: protocol.FaultSpec) -> Optional[Callable[[Path], bool]]:
         """What the kill waits for after the fault fires, besides the flag."""

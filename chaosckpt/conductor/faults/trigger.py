@@ -62,6 +62,12 @@ class Trigger:
     """rank-skew: the rank held mid-save (and, for ``offset``, whose epoch is shifted); -1 is the last."""
     variant: str = "kill"
     offset: int = 1
+    grace: int | float | str = 30
+    """preemption: how long the job has between the signal and the SIGKILL (seconds, or ``90s``, ``2m``)."""
+    signal: str = "SIGTERM"
+    """preemption: the signal sent (Slurm's ``--signal``, a spot instance's notice)."""
+    target: str = "all"
+    """preemption: who gets the signal: ``all`` (the launcher and every rank) or ``launcher`` (its first process)."""
     node: int | None = None
     """A multi-node job: only this node loses power (power-loss) or is killed while the others run on (kill);
     -1 is the last node; None: the whole job."""

@@ -24,7 +24,7 @@ import psutil
 
 import chaosckpt
 from chaosckpt import protocol
-from chaosckpt.conductor.runs import confinement, logcap
+from chaosckpt.conductor.runs import confinement, logcap, preemption
 
 POLL_S = 0.01
 HOLD_S = 30.0
@@ -58,6 +58,8 @@ class RunSpec:
     """Folders outside ``cwd`` the job may write through overlays kept in the sandbox (see ``confinement``)."""
     layers: str = ""
     """Whose private layers (``/tmp``, mapped folders) the run uses: one node's of a multi-node job, or the trial's."""
+    preempt: Optional[preemption.Preemption] = None
+    """When the fault fires, the job is signalled and given a grace period (``preemption``) before the SIGKILL."""
 
 
 @dataclass
@@ -74,6 +76,8 @@ class RunResult:
     """Why the job's output could not all be written to its logs (a full disk), if it could not."""
     confinement: Optional[str] = None
     """What held the job (``confinement.Mode``; None: a multi-node run, held by each node's machine)."""
+    preempted: Optional[Dict] = None
+    """The preemption's signal and grace, as ``preemption.deliver`` saw them, when the fault was one."""
 
     @property
     def events_dir(self) -> Path:
@@ -361,13 +365,18 @@ def _run(spec: RunSpec) -> RunResult:
     root = psutil.Process(proc.pid)
     timed_out = fault_fired = stopped = False
     survivors: List[int] = []
+    preempted: Optional[Dict] = None
     namespace: Optional[Tuple[str, int]] = None
     try:
         while proc.poll() is None:
             namespace = namespace or job_namespace(proc.pid)
             if protocol.fault_flags(events_dir):
                 fault_fired = True
-                wait_before_kill(spec, events_dir, started, spec.hold)
+                if spec.preempt is not None:
+                    preempted = preemption.deliver(spec.preempt, spec.argv, events_dir, job_processes(root),
+                                                   lambda: proc.poll() is not None, started + spec.timeout_s)
+                else:
+                    wait_before_kill(spec, events_dir, started, spec.hold)
                 break
             if protocol.fault_flags(events_dir, protocol.STOP_FLAG_PREFIX):
                 stopped = True
@@ -389,4 +398,4 @@ def _run(spec: RunSpec) -> RunResult:
     if not fault_fired and protocol.fault_flags(events_dir):
         fault_fired = True
     return RunResult(spec, proc.returncode, time.monotonic() - started, timed_out, fault_fired, survivors, stopped,
-                     out_log.error or err_log.error, confinement.mode())
+                     out_log.error or err_log.error, confinement.mode(), preempted)

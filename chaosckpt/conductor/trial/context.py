@@ -10,6 +10,7 @@ from chaosckpt.conductor.nodes import conduct
 from chaosckpt.conductor.results.result import RunRecord
 from chaosckpt.conductor.runs import confinement, diskspace, launcher, sandbox
 from chaosckpt.conductor.runs.launcher import RunResult, RunSpec
+from chaosckpt.conductor.runs.preemption import Preemption
 from chaosckpt.conductor.scenario import Scenario
 from chaosckpt.conductor.trial.options import Stop, TrialOptions
 
@@ -42,13 +43,13 @@ class Context:
     def launch(self, name: str, argv: List[str], cwd: Path, fault: Optional[dict] = None,
                env: Optional[Dict[str, str]] = None, hold: Optional[Callable[[Path], bool]] = None,
                stop_on_timeout: bool = True, stop: Optional[dict] = None,
-               cut: Optional[conduct.NodeFault] = None) -> RunResult:
+               cut: Optional[conduct.NodeFault] = None, preempt: Optional[Preemption] = None) -> RunResult:
         """Run one process tree of the trial, to its end or its horizon ``stop``, and record it; a timeout or
         a survivor of the kill ends the trial."""
         progress = self.opts.progress
         watch = None if progress is None else lambda events, elapsed: progress(name, events, elapsed, stop, fault)
         spec = RunSpec(name, argv, cwd, self.opts.results_dir / name, self.opts.timeout_s, fault, env or {}, hold,
-                       stop, watch, self.maps)
+                       stop, watch, self.maps, preempt=preempt)
         try:
             cluster = self.opts.cluster
             result = launcher.launch(spec) if cluster is None else conduct.launch(spec, cluster, cut)

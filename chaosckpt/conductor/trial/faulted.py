@@ -12,7 +12,7 @@ from chaosckpt.conductor.results.result import FaultRecord, Finding, Outcome
 from chaosckpt.conductor.runs import exits
 from chaosckpt.conductor.runs.launcher import RunResult
 from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog, Save
-from chaosckpt.conductor.trial import compare
+from chaosckpt.conductor.trial import compare, preemption
 from chaosckpt.conductor.trial.arm import Armed
 from chaosckpt.conductor.trial.context import Context, rel
 from chaosckpt.conductor.trial.fault_files import file_states, files_after_fault
@@ -52,8 +52,9 @@ class Faulted:
 def faulted(ctx: Context, armed: Armed, reference: RunLog) -> Faulted:
     """Run the job with the fault armed: where it fired and what it left on disk."""
     fault = armed.fault
-    result = ctx.launch("faulted", ctx.opts.command, armed.work, fault, hold=ctx.scenario.kind.hold(reference, fault),
-                        stop=run_stop(ctx), cut=armed.cut)
+    kind = ctx.scenario.kind
+    result = ctx.launch("faulted", ctx.opts.command, armed.work, fault, hold=kind.hold(reference, fault),
+                        stop=run_stop(ctx), cut=armed.cut, preempt=kind.preempts(ctx.scenario.trigger))
     if armed.disk is not None:  # where the agent kept the data the run's operations destroyed
         armed.disk.keeps = str(result.events_dir / "keep")
     log = RunLog.read(result.events_dir)
@@ -75,7 +76,11 @@ def caught(ctx: Context, armed: Armed, result: Optional[RunResult], log: RunLog,
            step: Optional[int]) -> Faulted:
     """Where the fault fired in ``proc`` and what the job had saved by then."""
     event = proc.fault
-    completed = proc.completed_saves(before=event["ts"]) + checkpoints.good_part(checkpoints.interrupted_save(proc))
+    sent = result.preempted if result is not None else None
+    if sent is not None:  # the job went on after the signal: every checkpoint it finished by its end counts
+        completed = proc.completed_saves()
+    else:
+        completed = proc.completed_saves(before=event["ts"]) + checkpoints.good_part(checkpoints.interrupted_save(proc))
     fault: FaultRecord = {
         "kind": event["fault"],
         "save": event["save"],
@@ -84,6 +89,8 @@ def caught(ctx: Context, armed: Armed, result: Optional[RunResult], log: RunLog,
         "path": rel(event.get("path"), armed.work),
         "files": files_after_fault(ctx, proc, armed.work),
     }
+    if sent is not None:
+        fault["preemption"] = preemption.record(sent, log, step)
     if proc.background_error is not None:
         fault["noticed"] = proc.background_error.get("fate") == "observed"
     if not ctx.scenario.kind.needs_aftermath and armed.cut is None:  # a power loss rebuilds the files next
@@ -96,7 +103,9 @@ def save_damage(ctx: Context, run: Faulted, armed: Armed, outcome: Outcome, erro
     the resume started): a torn file, an overwritten last good checkpoint."""
     proc, work = run.proc, armed.work
     broken = [s for s in proc.saves if s.index == proc.fault["save"]]
-    mid_save = "write" in proc.fault or proc.fault["fault"] == "disk-full"
+    # a preemption's save was cut only where the signal ended the job inside it; else it went on to its end
+    cut = proc.fault["fault"] != "preempt" or any(not s.ok for s in broken)
+    mid_save = ("write" in proc.fault and cut) or proc.fault["fault"] == "disk-full"
     struck = proc.fault.get("path") or (_struck(broken[0]) if broken else None)
     if not mid_save or not broken or struck is None or outcome == "last-good":
         return []

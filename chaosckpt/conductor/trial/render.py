@@ -86,6 +86,8 @@ def _story(trial: Trial, lead: Optional[Finding]) -> str:
     if lead is not None and lead.kind == "acknowledged-checkpoint-lost":
         return (f"{lead.message}; the checkpoint itself survived and the job resumed from it "
                 f"(step {trial.recovered_step})")
+    if lead is not None and lead.kind in ("emergency-save-torn", "exit-0-after-preemption"):
+        return f"{lead.message}; {_story(trial, None)}"
     if lead is not None and lead.kind == "ranks-disagree":
         return f"{lead.message}; {last_good}"
     if outcome == "crashed":

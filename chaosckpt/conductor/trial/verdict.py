@@ -24,7 +24,8 @@ UNSETTLING: Dict[FindingKind, Reason] = {"sweep-untried": "sweep-untried", "jour
 try could still fail it, or the journal it replayed was not the agent's, so no cap or shortcut may turn it into a
 pass."""
 
-LEADS: Tuple[FindingKind, ...] = ("background-error-unobserved", "exit-with-save-in-flight", "resume-exited",
+LEADS: Tuple[FindingKind, ...] = ("background-error-unobserved", "exit-with-save-in-flight", "emergency-save-torn",
+                                  "exit-0-after-preemption", "resume-exited",
                                   "acknowledged-checkpoint-lost", "ranks-disagree")
 """Finding kinds that lead a failed trial's headline, before where the job resumed from."""
 
