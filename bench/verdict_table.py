@@ -67,6 +67,8 @@ class Job:
     path: str
     args: Tuple[str, ...]
     nproc: int = 1
+    beside: Tuple[str, ...] = ()
+    """Files copied beside the job under their own names (the trainer a launcher script starts)."""
 
 
 JOBS = {
@@ -143,6 +145,13 @@ SWEEP_JOBS = {
 }
 """Jobs judged by the sweep alone: their defect is one crash window inside the save, which a fault placed once
 (after the save returns, or halfway through its writes) never lands in."""
+
+SIGNAL_JOBS = {
+    "preempt_ddp": Job("tests/jobs/preempt_job.py --ddp (2 ranks)", "tests/jobs/preempt_job.py", ("--ddp",), nproc=2),
+    "preempt_launcher": Job("tests/jobs/preempt_launcher.sh", "tests/jobs/preempt_launcher.sh", (),
+                            beside=("tests/jobs/preempt_job.py",)),
+}
+"""Jobs judged under preemption alone: who the signal reaches (every rank, or the launcher that must pass it on)."""
 
 FRAMEWORK_JOBS = {
     "hf_trainer": Job("tests/jobs/hf_trainer_job.py", "tests/jobs/hf_trainer_job.py", ()),
@@ -570,8 +579,10 @@ ROWS: List[Tuple[str, str, str, str, str]] = [
     ("train_job", "preemption", "PASSED", "last-good", AS_KILLED),
     ("lightning_job", "preemption", "FAILED", "last-good, rng-not-restored",
      "Lightning's SIGTERM handler sets a flag: checkpoint 2 finishes, the epoch ends and fit raises SIGTERMException (exit 0) with a checkpoint of its step, which the resume takes; its loader's generator is not saved, so the resume diverges"),
-    ("lightning_async_job", "preemption", "PASSED", "last-good",
-     "Lightning's SIGTERM handler sets a flag: the worker thread finishes checkpoint 2, fit raises SIGTERMException at the epoch's end and the teardown waits for the thread: the resume takes that checkpoint"),
+    ("lightning_async_job", "preemption", "FAILED", "last-good, exit-0-after-preemption",
+     "Lightning's SIGTERM handler sets a flag; the signal lands while the worker writes step 16's checkpoints and "
+     "the training is at step 17: Lightning trains that batch, raises SIGTERMException and exits with status 0, its "
+     "newest checkpoint step 16's (by hand: lightning_async_job.truth.md)"),
     ("ddp_job", "preemption", "PASSED", "last-good", AS_KILLED),
     ("place_job", "preemption", "PASSED", "last-good", AS_KILLED),
     ("writers_job", "preemption", "FAILED", "crashed, torn-checkpoint", AS_KILLED),
@@ -670,6 +681,19 @@ SWEEP_ROWS: List[Tuple[str, str, str, str, str]] = [
 ]
 """Rows run with ``--sweep``: every crash point of the save, one resume per class of crash state."""
 
+SIGNAL_ROWS: List[Tuple[str, str, str, str, str]] = [
+    ("preempt_ddp", "preemption -p grace=20", "PASSED", "last-good",
+     "both ranks get the SIGTERM, agree on it through an all-reduce, and each saves its own file of step 17 "
+     "atomically: the resume starts both at step 17 (preempt_job.truth.md)"),
+    ("preempt_ddp", "preemption -p grace=20 -p target=launcher", "PASSED", "last-good",
+     "only torchrun gets the SIGTERM; its elastic agent sends it on to both workers, which save step 17 as above "
+     "(by hand: torchrun logs 'Sending process N closing signal SIGTERM'; preempt_job.truth.md)"),
+    ("preempt_launcher", "preemption -p grace=5 -p target=launcher", "PASSED", "last-good",
+     "the shell starts the trainer without exec and dies of the SIGTERM; the trainer never gets it, saves nothing "
+     "(signal-missed-ranks) and is killed with the job: the resume takes step 8's atomic last.pt"),
+]
+"""Rows of ``SIGNAL_JOBS``, each under ``preemption``."""
+
 FRAMEWORK_ROWS: List[Tuple[str, str, str, str, str]] = [
     ("hf_trainer", "kill9-mid-save", "FAILED", "crashed, resume-chose-incomplete",
      "resume_from_checkpoint=True takes checkpoint-8, left without trainer_state.json, over complete checkpoint-4"),
@@ -756,8 +780,11 @@ def run_row(job: Job, scenario: str, scratch: Path, sweep: bool = False, every: 
     folder = scratch / "project"
     shutil.rmtree(scratch, ignore_errors=True)
     folder.mkdir(parents=True)
-    shutil.copy(REPO / job.path, folder / "train.py")
-    argv = [sys.executable, "-m", "chaosckpt", "run", "train.py", *scenario_args(scenario), "--json", "--out",
+    script = "train" + Path(job.path).suffix
+    shutil.copy(REPO / job.path, folder / script)
+    for path in job.beside:
+        shutil.copy(REPO / path, folder / Path(path).name)
+    argv = [sys.executable, "-m", "chaosckpt", "run", script, *scenario_args(scenario), "--json", "--out",
             str(scratch / "results"), "--timeout", "300"]
     if job.nproc > 1:
         argv += ["--nproc", str(job.nproc)]
@@ -796,9 +823,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--markdown", type=Path, help="also write the Markdown table to this file")
     parser.add_argument("--frameworks", action="store_true", help="the framework table (Trainer, Accelerate, DCP)")
     args = parser.parse_args(argv)
-    jobs = FRAMEWORK_JOBS if args.frameworks else {**JOBS, **SWEEP_JOBS}
+    jobs = FRAMEWORK_JOBS if args.frameworks else {**JOBS, **SWEEP_JOBS, **SIGNAL_JOBS}
     table = [(*r, False) for r in FRAMEWORK_ROWS] if args.frameworks else [
-        *[(*r, False) for r in ROWS], *[(*r, True) for r in SWEEP_ROWS]]
+        *[(*r, False) for r in ROWS], *[(*r, True) for r in SWEEP_ROWS], *[(*r, False) for r in SIGNAL_ROWS]]
     rows = [r for r in table if args.only in r[0] or args.only in shown(r[1], r[5]) or args.only in jobs[r[0]].path]
     results = []
     with tempfile.TemporaryDirectory(prefix="verdict-table-") as tmp:

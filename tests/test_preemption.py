@@ -69,7 +69,8 @@ def events(pid=2, rank=None, steps=20, saves=(), exited=True):
         out.append({"t": "save-begin", "pid": pid, "save": index, "step": step, "digest": "d", "ts": began})
         if ok is not None:
             out.append({"t": "save-file", "pid": pid, "save": index, "path": path, "bytes": size, "ok": ok})
-            out.append({"t": "save-end", "pid": pid, "save": index, "ok": ok, "bytes": size, "writes": 1})
+            out.append({"t": "save-end", "pid": pid, "save": index, "ok": ok, "bytes": size, "writes": 1,
+                        "ts": began + 0.25})
     if exited:
         out.append({"t": "exit", "pid": pid})
     return out
@@ -101,8 +102,10 @@ def test_an_emergency_save_cut_over_the_last_checkpoint_is_torn_and_one_beside_i
 def test_a_save_that_landed_within_the_grace_is_no_finding():
     log = RunLog.of([events(steps=17, saves=[*PERIODIC, (3, 17, SENT_TS + 0.1, True, "/w/ckpt/last.pt", 3000)])])
     assert judged.findings(sent(), log, 0, {"ckpt/last.pt": 3000}) == []
-    record = judged.record(sent(), log, 16)
-    assert record["saves_after"] == [{"rank": 0, "save": 3, "step": 17, "began_after_s": 0.1, "finished": True}]
+    record = judged.record(sent(), log, 16, 0)
+    assert record["saves_after"] == [{"rank": 0, "save": 3, "step": 17, "began_after_s": 0.1, "took_s": 0.25,
+                                      "finished": True}]
+    assert record["exit"] == 0
     assert record["sent_to"] == ["rank 0"] and record["handling"] == {"rank 0": "handled"}
 
 
@@ -132,5 +135,5 @@ def test_a_rank_the_launcher_never_signalled_that_trained_on_is_named():
     found = kinds(judged.findings(record, log, -9, {}))
     assert found["signal-missed-ranks"].details["ranks"] == [0, 1]
     assert "never reached its trainer" in found["no-emergency-save"].message
-    assert judged.record(record, log, 16)["handling"] == {"launcher": "default", "rank 0": "handled",
+    assert judged.record(record, log, 16, -9)["handling"] == {"launcher": "default", "rank 0": "handled",
                                                         "rank 1": "handled"}

@@ -15,10 +15,12 @@ spec.loader.exec_module(table)
 
 def test_every_example_and_test_job_meets_every_scenario_once():
     scenarios = {p.stem for p in (REPO / "scenarios").glob("*.toml")}
-    jobs = {str(p.relative_to(REPO)) for p in [*(REPO / "examples").glob("*.py"), *(REPO / "tests" / "jobs").glob("*.py")]}
+    jobs = {str(p.relative_to(REPO)) for p in [*(REPO / "examples").glob("*.py"), *(REPO / "tests" / "jobs").glob("*.py"),
+                                               *(REPO / "tests" / "jobs").glob("*.sh")]}
     assert set(table.SCENARIOS) | set(table.NODE_SCENARIOS) == scenarios
     scenarios -= set(table.NODE_SCENARIOS)
-    assert {j.path for j in [*table.JOBS.values(), *table.FRAMEWORK_JOBS.values(), *table.SWEEP_JOBS.values()]} == jobs
+    judged = [*table.JOBS.values(), *table.FRAMEWORK_JOBS.values(), *table.SWEEP_JOBS.values(), *table.SIGNAL_JOBS.values()]
+    assert {j.path for j in judged} == jobs
     assert len({(job, scenario) for job, scenario, *_ in table.ROWS}) == len(table.ROWS)
     pairs = {(job, table.scenario_args(scenario)[1]) for job, scenario, *_ in table.ROWS}  # a second row has -p
     assert pairs == {(job, s) for job in table.JOBS for s in scenarios}
@@ -76,3 +78,8 @@ def test_a_sweep_s_cause_is_a_resume_that_started_from_the_last_good_checkpoint_
 def test_a_row_s_scenario_may_carry_parameters():
     assert table.scenario_args("enospc") == ["-s", "enospc"]
     assert table.scenario_args("enospc -p free_bytes=0") == ["-s", "enospc", "-p", "free_bytes=0"]
+
+
+def test_every_signal_job_has_a_preemption_row():
+    assert {job for job, *_ in table.SIGNAL_ROWS} == set(table.SIGNAL_JOBS)
+    assert {table.scenario_args(scenario)[1] for _, scenario, *_ in table.SIGNAL_ROWS} == {"preemption"}

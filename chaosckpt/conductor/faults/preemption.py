@@ -3,12 +3,16 @@ exit, then the SIGKILL of what is left (``preemption``)."""
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Tuple
 
+from chaosckpt import protocol
 from chaosckpt.conductor.errors import UsageError, shown
-from chaosckpt.conductor.faults.kind import FaultKind
+from chaosckpt.conductor.faults import arming
+from chaosckpt.conductor.faults.kind import Arming, FaultKind
 from chaosckpt.conductor.faults.trigger import PLACEMENT_KEYS, Trigger, duration_s
+from chaosckpt.conductor.nodes.conduct import NodeFault
 from chaosckpt.conductor.runs import preemption
+from chaosckpt.conductor.runs.runlog import RunLog
 
 
 class Preempt(FaultKind):
@@ -27,6 +31,12 @@ class Preempt(FaultKind):
         if trigger.target not in preemption.TARGETS:
             raise UsageError(f"{where}: trigger.target must be one of {', '.join(preemption.TARGETS)}, "
                              f"got {shown(trigger.target)}")
+
+    def arm(self, trigger: Trigger, reference: RunLog, how: Arming) -> Tuple[protocol.FaultSpec, Optional[NodeFault]]:
+        if how.cluster is not None:
+            raise arming.NotArmable("preemption signals the job's processes on this machine; a job spread over "
+                                    "several machines is not preempted yet: run it on one, or use node-loss")
+        return super().arm(trigger, reference, how)
 
     def preempts(self, trigger: Trigger) -> Optional[preemption.Preemption]:
         return preemption.Preemption(preemption.signal_named(trigger.signal) or 0, trigger.target,

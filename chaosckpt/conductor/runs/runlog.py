@@ -41,6 +41,8 @@ class Save:
     """A background thread was still writing it when the process exited: it never landed."""
     waiting: bool = False
     """Unfinished, and not yet begun: handed to its thread, which had written nothing of it at the exit."""
+    ended_ts: Optional[float] = None
+    """When its ``save-end`` came: None while it never ended (the process died inside it)."""
 
     def moved_away(self, path: str) -> bool:
         """Whether the save renamed ``path`` to another name (a temporary file put in place), so that ``path``
@@ -154,6 +156,7 @@ def _process(events: List[Event]) -> ProcessLog:
             save.ok, save.bytes, save.writes, save.error = e["ok"], e["bytes"], e["writes"], e.get("error")
             save.content = e.get("content", [])
             save.unfinished, save.waiting = bool(e.get("unfinished")), bool(e.get("waiting"))
+            save.ended_ts = e["ts"]
         elif kind == "save-file" and e["save"] in by_index:
             save = by_index[e["save"]]
             save.files.append(e)

@@ -90,7 +90,7 @@ def caught(ctx: Context, armed: Armed, result: Optional[RunResult], log: RunLog,
         "files": files_after_fault(ctx, proc, armed.work),
     }
     if sent is not None:
-        fault["preemption"] = preemption.record(sent, log, step)
+        fault["preemption"] = preemption.record(sent, log, step, result.returncode if result is not None else None)
     if proc.background_error is not None:
         fault["noticed"] = proc.background_error.get("fate") == "observed"
     if not ctx.scenario.kind.needs_aftermath and armed.cut is None:  # a power loss rebuilds the files next

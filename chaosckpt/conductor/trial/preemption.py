@@ -18,6 +18,10 @@ def _steps(n: int) -> str:
     return f"{n} step{'' if n == 1 else 's'}"
 
 
+def _span(first: int, last: int) -> str:
+    return f"step {first} is" if first == last else f"steps {first}-{last} are"
+
+
 def _last_step(proc: ProcessLog) -> Optional[int]:
     return proc.steps[-1].get("step") if proc.steps else None
 
@@ -37,14 +41,16 @@ def role(pid: int, sent: Dict) -> str:
     return ranks[0] if ranks else "launcher" if pid == sent["launcher"] else f"process {pid}"
 
 
-def record(sent: Dict, log: RunLog, step: Optional[int]) -> Dict:
+def record(sent: Dict, log: RunLog, step: Optional[int], returncode: Optional[int]) -> Dict:
     """The fault record's ``preemption``: the signal, to whom, the grace, what each rank saved after it and how
-    long that took, and whether the job ended within the grace."""
+    long that took (``took_s``: null for a save that never ended), whether the job ended within the grace and its
+    exit status (a negative one: the signal that ended it)."""
     saves = []
     for rank, proc in log.ranks().items():
         for save in _after(proc, sent):
+            took = round(save.ended_ts - save.ts, 3) if save.ended_ts is not None else None
             saves.append({"rank": rank, "save": save.index, "step": save.step,
-                          "began_after_s": round(save.ts - sent["ts"], 3), "finished": bool(save.ok)})
+                          "began_after_s": round(save.ts - sent["ts"], 3), "took_s": took, "finished": bool(save.ok)})
     return {
         "signal": sent["signal"],
         "target": sent["target"],
@@ -55,6 +61,7 @@ def record(sent: Dict, log: RunLog, step: Optional[int]) -> Dict:
         "saves_after": saves,
         "ended_in_grace": sent["ended_in_grace"],
         "ended_after_s": sent["ended_after_s"],
+        "exit": returncode,
     }
 
 
@@ -183,6 +190,6 @@ def _exit_success(sent: Dict, ranks: Dict[int, ProcessLog], returncode: Optional
         "exit-0-after-preemption",
         f"the job exited with status 0 after the {sent['signal']}, at step {reached}, without a checkpoint of it "
         f"(its newest is {'step ' + str(last) if saved else 'none'}): a scheduler takes status 0 for a finished job "
-        f"and never requeues it, so steps {last + 1}-{reached} are lost for good. Save before exiting, or exit with a "
+        f"and never requeues it, so {_span(last + 1, reached)} lost for good. Save before exiting, or exit with a "
         "non-zero status so that the job is requeued",
         {"step": reached, "last_saved_step": last if saved else None, "signal": sent["signal"]})
