@@ -45,7 +45,10 @@ def test_the_launcher_is_the_job_s_first_process_not_the_confinement_around_it(h
     box, log = tmp_path / "box", tmp_path / "log"
     box.mkdir()
     log.mkdir()
-    job = ["sh", "-c", "sleep 30; true"]
+    script = box / "job.sh"  # the kernel runs it as /bin/sh ./job.sh: the launcher's line is not its argv
+    script.write_text("#!/bin/sh\nsleep 30\ntrue\n")
+    script.chmod(0o755)
+    job = ["./job.sh"]
     argv, env = confinement.command(job, box, log, [])
     root = subprocess.Popen(argv, cwd=box, env={**os.environ, **env})
     try:
@@ -54,7 +57,7 @@ def test_the_launcher_is_the_job_s_first_process_not_the_confinement_around_it(h
         while found is None and time.monotonic() < deadline:
             found = preemption.launcher_of(job, launcher.job_processes(psutil.Process(root.pid)))
             time.sleep(0.05)
-        assert found is not None and found.cmdline() == job and found.pid != root.pid
+        assert found is not None and found.cmdline() == ["/bin/sh", "./job.sh"] and found.pid != root.pid
     finally:
         root.kill()
         root.wait()

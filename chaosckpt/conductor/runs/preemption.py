@@ -7,6 +7,7 @@ and every rank, as Slurm delivers it) or ``launcher`` (the job's first process o
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from dataclasses import dataclass
@@ -76,15 +77,21 @@ def launcher_of(argv: List[str], processes: Dict[int, psutil.Process]) -> Option
     found = []
     for proc in processes.values():
         try:
-            line = proc.cmdline()
-            started = proc.create_time()
+            line, started = proc.cmdline(), proc.create_time()
         except psutil.Error:
             continue
-        tail = argv[1:]
-        if line == argv or (len(line) in (len(argv), len(argv) + 1) and line[len(line) - len(tail):] == tail
-                            and len(line) > len(tail)):
+        if _runs(line, argv):
             found.append((started, proc))
     return min(found, key=lambda f: f[0])[1] if found else None
+
+
+def _runs(line: List[str], argv: List[str]) -> bool:
+    """Whether a process's command line is ``argv`` as exec'd: itself, or behind the interpreter of its ``#!``
+    line, which the kernel puts before the script's path (``python3 /usr/bin/torchrun ...``)."""
+    if line == argv:
+        return True
+    return (len(line) == len(argv) + 1 and line[2:] == argv[1:]
+            and os.path.basename(line[1]) == os.path.basename(argv[0]))
 
 
 def deliver(preemption: Preemption, argv: List[str], events_dir: Path, processes: Dict[int, psutil.Process],
