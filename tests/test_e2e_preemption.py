@@ -33,15 +33,16 @@ def test_an_atomic_emergency_save_passes_and_one_written_in_place_and_cut_by_the
     assert [(s["step"], s["finished"]) for s in record["saves_after"]] == [(17, True)]
     assert not kinds(t)
 
-    rc, t = judged(tmp_path / "atomic", JOB, "-s", "preemption", "-p", "grace=0.1", "--", "--handler", "atomic",
-                   "--slow", "1")
+    # a 2 s emergency save against a grace of 0.5 s: room to begin it on a loaded machine, none to finish it
+    rc, t = judged(tmp_path / "atomic", JOB, "-s", "preemption", "-p", "grace=0.5", "--", "--handler", "atomic",
+                   "--slow", "2")
     assert rc == 0 and (t["outcome"], t["recovered_step"]) == ("last-good", 16)
     cut = kinds(t)["emergency-save-too-long"]
-    assert (cut["step"], cut["grace_s"], cut["severity"]) == (17, 0.1, "warning")
+    assert (cut["step"], cut["grace_s"], cut["severity"]) == (17, 0.5, "warning")
     assert t["fault"]["preemption"]["ended_in_grace"] is False
 
-    rc, t = judged(tmp_path / "inplace", JOB, "-s", "preemption", "-p", "grace=0.1", "--", "--handler", "inplace",
-                   "--slow", "1")
+    rc, t = judged(tmp_path / "inplace", JOB, "-s", "preemption", "-p", "grace=0.5", "--", "--handler", "inplace",
+                   "--slow", "2")
     assert rc == 1 and t["outcome"] == "crashed" and t["error_path"] == "ckpt/last.pt"
     torn = kinds(t)["emergency-save-torn"]
     assert (torn["path"], torn["overwritten_step"], torn["step"]) == ("ckpt/last.pt", 16, 17)
