@@ -60,13 +60,14 @@ def stored_suite(tmp_path: Path) -> Path:
     return folder
 
 
-def run_folder(tmp_path: Path, status: str = "failed") -> Path:
-    """A ``chaosckpt run`` results folder as the command names it, its reference reused from the cache."""
+def run_folder(tmp_path: Path, status: str = "failed", findings=()) -> Path:
+    """A ``chaosckpt run`` results folder as the command names it, its reference reused from the cache; ``findings``
+    as the result document holds them."""
     folder = tmp_path / "results" / "20261201-224939-kill9-mid-save"
     for run, steps, first in (("reference", 12, 1), ("faulted", 8, 1), ("resume", 8, 5)):
         events(folder / run, steps, first=first, saves=(4, 8, 12))
     doc = trial_doc(status, f"{status.upper()} kill9-mid-save: resumed from the last good checkpoint (step 4)", folder,
-                    last_good_step=4, recovered_step=4, outcome="last-good", lost_steps=4)
+                    last_good_step=4, recovered_step=4, outcome="last-good", lost_steps=4, findings=list(findings))
     doc["trials"][0]["runs"][0].update(cached=True, duration_s=30.0)
     doc["trials"][0]["runs"][2]["command"] = ["python", "train.py", "--resume"]
     doc["hostname"] = "node-7"

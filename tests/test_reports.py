@@ -39,7 +39,7 @@ def test_every_junit_file_validates_against_junit_10_and_reads_back(suite_dir, t
     for name, source in outputs.items():
         path = tmp_path / f"{name}.xml"
         args = [str(suite_dir), str(one_run)] if source is None else [str(source)]
-        res = run_chaosckpt(["report", *args, "--junit", str(path)], cwd=tmp_path)
+        res = run_chaosckpt(["report", *args, "--junit", str(path), "--fail-on", "never"], cwd=tmp_path)
         assert res.returncode == 0, res.stderr
         xml = read_junit(path)
         suites = list(xml)
@@ -78,7 +78,7 @@ def test_every_junit_file_validates_against_junit_10_and_reads_back(suite_dir, t
 def test_report_combines_any_number_of_folders_into_one_html_and_markdown(suite_dir, tmp_path):
     first, second = run_folder(tmp_path / "a", "passed"), run_folder(tmp_path / "b")
     res = run_chaosckpt(["report", str(suite_dir), str(first), str(second), "--html", "all.html", "--markdown", "all.md"], cwd=tmp_path)
-    assert res.returncode == 0, res.stderr
+    assert res.returncode == 1, res.stderr  # a failed trial among them: the report fails as the run did
     text = (tmp_path / "all.md").read_text()
     assert text.startswith("## chaosckpt report of 3 folders (5 trials): 2 passed, 2 failed, 1 not run\n")
     assert f"`{suite_dir}` (1 passed, 1 failed, 1 not run)" in text
@@ -111,7 +111,7 @@ def test_html_is_one_self_contained_page_with_a_plot_per_trial_that_ran(suite_di
 
 def test_the_report_command_writes_the_formats_asked_for(suite_dir, tmp_path):
     res = run_chaosckpt(["report", str(suite_dir), "--html", "r.html", "--junit", "j.xml", "--markdown", "s.md"], cwd=tmp_path)
-    assert res.returncode == 0, res.stderr
+    assert res.returncode == 1, res.stderr  # written whatever the verdicts, then the failed trial's status
     assert [(tmp_path / n).stat().st_size > 0 for n in ("r.html", "j.xml", "s.md")] == [True, True, True]
     missing = run_chaosckpt(["report", str(tmp_path / "nothing")], cwd=tmp_path)
     assert missing.returncode == 2 and "holds no chaosckpt results" in missing.stderr
@@ -281,3 +281,25 @@ def test_job_text_in_junit_is_escaped_and_valid_xml(suite_dir, tmp_path):
     failure = next(c for c in root.iter("testcase") if c.get("name") == "bad<b>").find("failure")
     assert failure.get("message") == "FAILED \\x1b[31mred\\x00 \\u202e<b>&"
     assert HOSTILE in failure.text
+
+
+@pytest.mark.parametrize("fail_on, expected", [("status", 1), ("failed", 1), ("inconclusive", 1), ("error", 1),
+                                               ("never", 0)])
+def test_the_report_exits_as_the_run_did_or_as_fail_on_asks(suite_dir, tmp_path, fail_on, expected):
+    res = run_chaosckpt(["report", str(suite_dir), "--markdown", "s.md", "--fail-on", fail_on], cwd=tmp_path)
+    assert res.returncode == expected, res.stderr
+    assert (tmp_path / "s.md").read_text().count("kill9-mid-save") >= 2
+
+
+def test_fail_on_a_severity_fails_a_passing_trial_on_a_finding_of_it_or_worse(tmp_path):
+    warning = {"kind": "no-emergency-save", "message": "the job saved nothing after the SIGTERM", "severity": "warning"}
+    passed = run_folder(tmp_path / "w", "passed", findings=[warning])
+    ignored = run_folder(tmp_path / "i", "passed", findings=[{**warning, "ignored": True}])
+    inconclusive = run_folder(tmp_path / "n", "inconclusive")
+    for folder, fail_on, expected in ((passed, "status", 0), (passed, "error", 0), (passed, "warning", 1),
+                                      (passed, "note", 1), (ignored, "note", 0), (inconclusive, "status", 4),
+                                      (inconclusive, "failed", 0), (inconclusive, "inconclusive", 1)):
+        res = run_chaosckpt(["report", str(folder), "--fail-on", fail_on], cwd=tmp_path)
+        assert (res.returncode, res.stderr) == (expected, ""), (folder, fail_on)
+    bad = run_chaosckpt(["report", str(passed), "--fail-on", "warnings"], cwd=tmp_path)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr

@@ -67,12 +67,12 @@ Exit codes:
 """
 READING_EXIT_CODES = """\b
 Exit codes:
-  0  done, whatever the verdicts it read (run and suite exit with those)
+  0  done, whatever the verdicts it read (run, suite and report exit with those)
   2  usage error (bad command line, missing or unreadable results)
   3  internal error in chaosckpt (a crash report file is written)
   130, 143, 129  interrupted by Ctrl-C, SIGTERM or SIGHUP
 """
-"""The exit codes of the commands that read stored results (``report``, ``history``) and run no trial."""
+"""The exit codes of ``history``, which reads stored results and runs no trial (``report`` has its own)."""
 
 
 def exit_code(statuses: Iterable[str]) -> ExitCode:
