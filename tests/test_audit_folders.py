@@ -390,3 +390,37 @@ def test_cli_links_that_lead_nowhere_are_usage_errors(tmp_path, make, message):
     assert res.returncode == 2 and res.stdout == "" and "Traceback" not in res.stderr
     [line] = res.stderr.strip().splitlines()
     assert line.startswith(message)
+
+
+def _step_files(folder, torn_name):
+    """Three whole step-named checkpoints and, under ``torn_name``, the first half of a fourth."""
+    folder.mkdir()
+    for step in (10, 20, 30):
+        torch.save({"model": {"w": torch.ones(100)}, "step": step}, folder / f"step_{step:06d}.pt")
+    data = (folder / "step_000030.pt").read_bytes()
+    (folder / torn_name).write_bytes(data[:len(data) // 2])
+
+
+@pytest.mark.parametrize("name", ["step_000040.pt.tmp", "step_000040.pt.tmp.4242", "tmpq3x9_ab1", "last.pt.partial"])
+def test_an_orphaned_temporary_file_beside_whole_checkpoints_is_a_note_not_a_torn_checkpoint(tmp_path, name):
+    """What a kill leaves under temp-and-rename: the checkpoints stand, the temporary file is named in a note."""
+    _step_files(tmp_path / "ckpt", name)
+    res = run_chaosckpt(["audit", "ckpt", "--json"], cwd=tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    [folder] = assert_envelope("audit", json.loads(res.stdout))["checkpoints"]
+    assert folder["complete"] and folder["status"] == "ok" and folder["step"] == 30
+    assert {f["path"]: f["status"] for f in folder["files"]}[name] == "orphaned"
+    assert [n for n in folder["notes"] if n.startswith(f"{name} is an orphaned temporary file")]
+    text = run_chaosckpt(["audit", "ckpt"], cwd=tmp_path).stdout
+    assert text.startswith("OK ckpt/: checkpoint folder, complete, step 30") and f"{name} " in text
+
+
+@pytest.mark.parametrize("name, alone", [("step_000040.pt", False), ("step_000040.pt.tmp", True)])
+def test_a_torn_checkpoint_or_a_temporary_file_with_nothing_whole_beside_it_still_fails(tmp_path, name, alone):
+    _step_files(tmp_path / "ckpt", name)
+    if alone:
+        for step in (10, 20, 30):
+            (tmp_path / "ckpt" / f"step_{step:06d}.pt").unlink()
+    res = run_chaosckpt(["audit", "ckpt"], cwd=tmp_path)
+    assert res.returncode == 1 and "incomplete" in res.stdout.splitlines()[0]
+    assert f"{name}: unreadable-checkpoint" in res.stdout

@@ -255,7 +255,8 @@ def command(files, streams, training, ignored, max_inflate, max_seconds, max_mem
         if target == "folder":
             for part in report["files"]:
                 part["findings"] = [f for f in part["findings"] if f["kind"] not in ignored]
-                part["status"] = checkpoint_folder.status(part)
+                if part["status"] != "orphaned":
+                    part["status"] = checkpoint_folder.status(part)
             report["findings"] = [f for f in report["findings"] if f["kind"] not in ignored]
             report["status"] = "findings" if report["findings"] or any(p["findings"] for p in report["files"]) else "ok"
             folders.append(report)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from chaosckpt import checkpoint_content
-from chaosckpt.conductor.disk import audit, dcp_folder
+from chaosckpt.conductor.disk import audit, dcp_folder, file_names
 from chaosckpt.conductor.disk.file_names import CHECKPOINT_SUFFIXES, DCP_METADATA, DCP_SHARD_SUFFIX
 
 JSON_LIMIT = 16 << 20
@@ -162,8 +162,24 @@ def _file(root: str, name: str, size: int, max_inflate: Optional[int]) -> Tuple[
     return report, notes
 
 
+def _orphans(files: List[Dict[str, Any]]) -> List[str]:
+    """Temporary files beside whole checkpoints that a save interrupted before its rename left unreadable: the
+    checkpoints they would have replaced stand, so each is a note (status ``orphaned``), not a torn checkpoint."""
+    orphaned = [r for r in files if r["status"] == "unreadable" and file_names.is_temporary(r["path"])]
+    if not orphaned or not any(r["status"] != "unreadable" for r in files if r not in orphaned):
+        return []
+    notes = []
+    for report in orphaned:
+        report["status"], report["findings"] = "orphaned", []
+        notes.append(f"{report['path']} is an orphaned temporary file ({report['bytes']} bytes that do not load): "
+                     "what a save interrupted before its rename leaves; the checkpoints beside it are whole, and it "
+                     "can be deleted")
+    return notes
+
+
 def status(report: Dict[str, Any]) -> str:
-    """A file's status in its folder: ``unreadable`` (torn, damaged, cannot be read), ``findings`` or ``ok``."""
+    """A file's status in its folder: ``unreadable`` (torn, damaged, cannot be read), ``findings`` or ``ok``
+    (``orphaned``, set by ``_orphans``: an unreadable temporary file beside whole checkpoints)."""
     if any(f["kind"] == "unreadable-checkpoint" for f in report["findings"]):
         return "unreadable"
     return "findings" if report["findings"] else "ok"
@@ -220,6 +236,7 @@ def audit_folder(folder: Union[str, Path], *, streams: Union[int, Sequence[str],
     findings += _missing(kind, list(by_dir.get("", {})), files, root)
     for report in files:
         report["status"] = status(report)
+    notes += _orphans(files)
     rng = [{"file": f, **r} for f, c in states for r in c["rng_states"]]
     progress = [{"file": f, **p} for f, c in states for p in c["progress"]]
     steps = [p["value"] for p in progress if "step" in p["name"].lower() and p["value"] is not None]
