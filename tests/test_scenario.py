@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from chaosckpt.conductor import scenario
+from chaosckpt.conductor import params, scenario
 from chaosckpt.conductor.errors import UsageError
 
 GOOD = 'name = "mine"\nfault = "kill"\n[trigger]\nsave = 3\nwrite = 4\n[expect]\nrecovered = ["last-good", "older"]\n'
@@ -54,13 +54,21 @@ def test_override_of_an_unknown_section():
         scenario.parse(GOOD, "mine.toml", {"fault.kind": "x"})
 
 
+@pytest.mark.parametrize("key, value, text", [("model", "strict", "model=strict"), ("save", 3, "save=3"),
+                                              ("signal", "15", 'signal="15"'), ("x", "true", 'x="true"'),
+                                              ("after", "45m", "after=45m"), ("fraction", 0.25, "fraction=0.25"),
+                                              ("name", "plain words", "name=plain words"), ("e", "", 'e=""')])
+def test_a_parameter_is_written_back_as_typed_and_reads_back_the_same(key, value, text):
+    assert params.param_text(key, value) == text and params.parse_param(text) == (key, value)
+
+
 def test_parse_param_reads_toml_literals():
-    assert scenario.parse_param("save=3") == ("save", 3)
-    assert scenario.parse_param("fraction=0.25") == ("fraction", 0.25)
-    assert scenario.parse_param("expect.recovered=['older']") == ("expect.recovered", ["older"])
-    assert scenario.parse_param("name=plain words") == ("name", "plain words")
+    assert params.parse_param("save=3") == ("save", 3)
+    assert params.parse_param("fraction=0.25") == ("fraction", 0.25)
+    assert params.parse_param("expect.recovered=['older']") == ("expect.recovered", ["older"])
+    assert params.parse_param("name=plain words") == ("name", "plain words")
     with pytest.raises(UsageError):
-        scenario.parse_param("=3")
+        params.parse_param("=3")
 
 
 def test_missing_file():
@@ -69,8 +77,14 @@ def test_missing_file():
 
 
 def test_each_fault_takes_only_its_own_trigger_keys():
-    with pytest.raises(UsageError, match="unknown key 'trigger.model'"):
+    with pytest.raises(UsageError, match=r"^--param model=strict: kill9-mid-save has no parameter 'model' \(it is a "
+                                         r"parameter of power-loss\); it takes save, step"):
         scenario.load("kill9-mid-save", {"model": "strict"})
+    with pytest.raises(UsageError, match=r"^--param sav=3: kill9-mid-save has no parameter 'sav' \(did you mean save\?\)"):
+        scenario.load("kill9-mid-save", {"sav": 3})
+    with pytest.raises(UsageError, match=r"^--param expect.recoverd=older: .* no expectation 'recoverd' \(did you mean "
+                                         r"recovered\?\)"):
+        scenario.load("kill9-mid-save", {"expect.recoverd": "older"})
     with pytest.raises(UsageError, match="trigger.model must be one of ordered, strict"):
         scenario.load("power-loss", {"model": "eventual"})
     assert scenario.load("power-loss", {"op": 3}).params()["trigger"] == {"save": 2, "op": 3, "model": "ordered"}

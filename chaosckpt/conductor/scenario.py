@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, get_args
 
 from chaosckpt.conductor import faults
+from chaosckpt.conductor import params
 from chaosckpt.conductor.errors import UsageError, shown
 from chaosckpt.conductor.faults.kind import FaultKind, Needs
 from chaosckpt.conductor.faults.trigger import OPTIONAL_KEYS, PLACEMENT_KEYS, Trigger
@@ -104,14 +105,26 @@ def _build(cls, values: Dict[str, Any], section: str, where: str, names: Tuple[s
     return obj
 
 
-def _check_given(overrides: Dict[str, Any], origins: Dict[str, str]) -> None:
-    """Each override checked alone first, so that a bad value is blamed on the flag or the configuration file that
-    gave it (``origins``: key -> where it came from; else ``--param``), not on the scenario file."""
+def _check_given(overrides: Dict[str, Any], origins: Dict[str, str], scenario: str, kind: FaultKind) -> None:
+    """Each override checked alone first, so that an unknown key or a bad value is blamed on the flag or the
+    configuration file that gave it (``origins``: key -> where it came from; else ``--param``), not on the scenario
+    file, with the key it was probably meant to be."""
     for key, value in overrides.items():
         section, _, name = key.rpartition(".")
+        origin = origins.get(key, f"--param {params.param_text(key, value)}")
         cls = Expectation if section == "expect" else Trigger
+        known = [f.name for f in dataclasses.fields(cls)] if cls is Expectation else list(kind.trigger_keys)
+        if section in ("", "trigger", "expect") and name not in known:
+            others = [k.scenario for k in faults.KINDS.values() if cls is Trigger and name in k.trigger_keys]
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+            hint = (f" (it is a parameter of {', '.join(others)})" if others
+                    else f" (did you mean {close[0]}?)" if close else "")
+            raise UsageError(f"{origin}: {scenario} has no {'expectation' if cls is Expectation else 'parameter'} "
+                             f"'{name}'{hint}; it takes {', '.join(known)}")
         if name in {f.name for f in dataclasses.fields(cls)}:
-            _build(cls, {name: value}, section or "trigger", origins.get(key, f"--param {key}={shown(value)}"))
+            built = _build(cls, {name: value}, section or "trigger", origin)
+            if cls is Trigger:
+                kind.check(built, origin)
 
 
 def parse(text: str, where: str, overrides: Dict[str, Any] | None = None,
@@ -134,7 +147,7 @@ def parse(text: str, where: str, overrides: Dict[str, Any] | None = None,
     kind = faults.named(data["fault"], where)
     trigger = dict(_table(data, "trigger", where))
     expect = dict(_table(data, "expect", where))
-    _check_given(overrides or {}, origins or {})
+    _check_given(overrides or {}, origins or {}, data["name"], kind)
     placing = [k for k in (overrides or {}) if k.rpartition(".")[2] in PLACEMENT_KEYS]
     if len(placing) > 1:
         raise UsageError(f"--param {placing[0]} and --param {placing[1]} both place the fault; give one of them")
@@ -183,17 +196,3 @@ def load(name_or_path: str, overrides: Dict[str, Any] | None = None, origins: Di
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"cannot read scenario {where}: {exc}") from None
     return parse(text, where, overrides, origins)
-
-
-def parse_param(item: str) -> Tuple[str, Any]:
-    """``KEY=VALUE`` from the command line, the value read as a TOML literal (else a string)."""
-    key, sep, raw = item.partition("=")
-    if not sep or not key.strip():
-        raise UsageError(f"--param {shown(item)}: expected KEY=VALUE, e.g. --param save=3")
-    try:
-        value = tomllib.loads(f"v = {raw}")["v"]
-    except tomllib.TOMLDecodeError:
-        value = raw
-    except RecursionError:
-        raise UsageError(f"--param {key.strip()}: the value is nested too deeply; give a number or a string") from None
-    return key.strip(), value

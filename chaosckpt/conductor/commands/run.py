@@ -13,6 +13,7 @@ import click
 
 from chaosckpt.conductor import config as configs, faults, option_table, scenario as scenarios
 from chaosckpt.conductor.errors import EXIT_CODES, UsageError, exit_code, printable
+from chaosckpt.conductor.params import parse_param
 from chaosckpt.conductor.nodes import cluster as clusters
 from chaosckpt.conductor.results import atomic
 from chaosckpt.conductor.results.result import document
@@ -95,7 +96,7 @@ def prepare(args: Tuple[str, ...], scenario_name: str, params: Tuple[str, ...], 
     workdir = conf.workdir.resolve()
     if not workdir.is_dir():
         raise UsageError(f"--workdir {workdir} is not a directory")
-    scen = scenarios.load(scenario_name, dict(scenarios.parse_param(p) for p in params))
+    scen = scenarios.load(scenario_name, dict(parse_param(p) for p in params))
     faults.check_sweep(scen, bool(given["sweep"]))
     base = Path(conf.source).parent if conf.source and not args else None
     _refuse_unfit(scen, conf, workdir, base)

@@ -17,6 +17,7 @@ import click
 from chaosckpt.conductor import config as configs, faults, option_table, scenario as scenarios
 from chaosckpt.conductor.commands import report as report_command
 from chaosckpt.conductor.errors import EXIT_CODES, ExitCode, UsageError, exit_code, printable, shown
+from chaosckpt.conductor.params import parse_param
 from chaosckpt.conductor.results import atomic, history, stored, timestamps
 from chaosckpt.conductor.results.envelope import envelope
 from chaosckpt.conductor.results.suite_plan import Plan, PlannedTrial, load_plan, scenario_label, trial_ids
@@ -219,7 +220,7 @@ def command(args, config_path, scenario_names, params, jobs, trials, seed, share
     if resume_suite:
         suite, parts = _resumed(conf)
     else:
-        suite, parts = _started(conf, bool(args), dict(scenarios.parse_param(p) for p in params), keyword,
+        suite, parts = _started(conf, bool(args), dict(parse_param(p) for p in params), keyword,
                                 _sbatch(conf, slurm_args))
     plan = suite.plan
     try:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional
 
+from chaosckpt.conductor import params
 from chaosckpt.conductor.errors import UsageError
 from chaosckpt.conductor.results import atomic, timestamps
 from chaosckpt.conductor.results.suite_plan import Plan, load_plan, other_format, stored_trial, trial_dir
@@ -200,7 +201,7 @@ def _replay(trial: Trial) -> Optional[str]:
         return None
     argv = ["chaosckpt", "run", "--scenario", trial.scenario]
     for key, value in _trigger(trial).items():
-        argv += ["-p", f"{key}={json.dumps(value)}"]
+        argv += ["-p", params.param_text(key, value)]
     resume = runs.get("resume")
     if resume and resume != command:
         if resume[: len(command)] == command:

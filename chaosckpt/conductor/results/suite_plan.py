@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from chaosckpt import __version__
+from chaosckpt.conductor import params
 from chaosckpt.conductor.errors import UsageError, shown
 from chaosckpt.conductor.results import atomic
 from chaosckpt.conductor.runs import horizon
@@ -100,7 +101,7 @@ class Plan:
             scen = os.path.relpath(scen, self.workdir)
         argv = ["chaosckpt", "run", "--scenario", scen]
         for key, value in trial.params.items():
-            argv += ["-p", f"{key}={json.dumps(value)}"]
+            argv += ["-p", params.param_text(key, value)]
         if trial.sweep:
             argv.append("--sweep")
         argv += self.resume_option
