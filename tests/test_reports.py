@@ -175,7 +175,7 @@ def test_a_faulted_run_the_suite_shared_counts_once_in_the_totals_and_in_no_tria
     assert root.get("time") == root.find("testsuite").get("time") == "11.000"
     assert [c.get("time") for c in root.iter("testcase")] == ["3.000", "3.000", "0.000"]
     page = html.render(results)
-    assert "5 runs, 11 s" in page and "faulted (shared by the suite): python train.py" in page
+    assert "5 runs, 11 s of run time" in page and "faulted (shared by the suite): python train.py" in page
 
 
 GOLD = Path(__file__).parent / "gold"
@@ -212,7 +212,7 @@ def test_a_sweep_report_tables_its_crash_points_and_what_its_resumes_found(gold_
     assert "### Crash points of `power-loss`" in text
     assert "| 2 | `write 2048 B to ckpt/last.pt` | ckpt/last.pt 2048 B unreadable | crashed: the checkpoint file is truncated |" in text
     assert "| 4 | `fsync ckpt/last.pt` | ckpt/last.pt 4096 B loads | load check only |" in text
-    found = "3 disk state(s) resumed: last-good (step 4) in 1; scratch (step 0) in 1; crashed: the checkpoint file is truncated in 1"
+    found = "3 disk states resumed: last-good (step 4) in 1; scratch (step 0) in 1; crashed: the checkpoint file is truncated in 1"
     assert found in text and found in page
     table = page.split('class="overview crash-points"')[1].split("</table>")[0]
     assert table.count("<tr><td>") == 5 and "at most 8 (the worst resumed disk state)" in page

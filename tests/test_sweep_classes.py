@@ -90,5 +90,5 @@ def test_a_class_no_resume_tried_is_named_in_the_table_and_never_passes(fs):
     rows = stored.crash_points()
     assert [r["outcome"] for r in rows[:3]] == ["class 0: last-good (step 4)", "class 1: not resumed",
                                                 "class 1: not resumed"]
-    assert stored.sweep_resumes() == ("1 disk state(s) resumed: last-good (step 4) in 1, 5 of 6 classes of crash "
+    assert stored.sweep_resumes() == ("1 disk state resumed: last-good (step 4) in 1, 5 of 6 classes of crash "
                                       "state never resumed")

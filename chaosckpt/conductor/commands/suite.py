@@ -403,4 +403,6 @@ def _summary(results: stored.Results, finished: List[Finished], elapsed: float, 
             for finding in item.trial.findings:
                 click.echo(printable(f"  - {finding.kind}: {finding.message}"))
             click.echo(printable(f"  replay: {item.replay}"))
-    click.echo(f"chaosckpt: {results.summary()} in {elapsed:.0f} s; reports: {', '.join(os.path.relpath(p) for p in reports)}")
+    click.echo(f"chaosckpt: {results.summary()} in {elapsed:.0f} s of wall time ({results.runs()} runs, "
+               f"{results.run_time():.0f} s of run time, as the reports count it); "
+               f"reports: {', '.join(os.path.relpath(p) for p in reports)}")

@@ -108,7 +108,8 @@ class StoredTrial:
         tally: Dict[str, int] = {}
         for outcome in found.values():
             tally[outcome] = tally.get(outcome, 0) + 1
-        return f"{len(found)} disk state(s) resumed: " + "; ".join(f"{o} in {n}" for o, n in tally.items()) + left
+        states = f"{len(found)} disk state{'' if len(found) == 1 else 's'}"
+        return f"{states} resumed: " + "; ".join(f"{o} in {n}" for o, n in tally.items()) + left
 
     def commands(self) -> List[str]:
         """Each run's command line, as it was started."""

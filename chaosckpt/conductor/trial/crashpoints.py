@@ -116,7 +116,7 @@ def _summary(ctx: Context, sw: sweep.Sweep, save: int, unloadable: List[int]) ->
         "sweep",
         f"{len(sw.points)} crash points in save {save}, {len(sw.states)} distinct disk states in {classes} "
         f"class{'' if classes == 1 else 'es'} a restarted job can tell apart, {classes - len(left)} resumed; "
-        f"{len(unloadable)} state(s) hold no loadable file",
+        f"{len(unloadable)} state{' holds' if len(unloadable) == 1 else 's hold'} no loadable file",
         {"points": len(sw.points), "states": len(sw.states), "classes": classes,
          "resumed_classes": classes - len(left), "unloadable_states": unloadable},
     )]
