@@ -58,7 +58,7 @@ class Scenario:
         as for a launcher given after --), in one line naming the flag that gives it; None when it can."""
         if nodes < self.needs.nodes:
             return (f"{self.name} needs a job on {self.needs.nodes} or more machines and this one runs on {nodes}; "
-                    f"run it with chaosckpt run --nnodes N (see Multi-node jobs in the README)")
+                    f"run it with chaosckpt run --nnodes N (see docs/multi-node.md, Multi-node jobs)")
         if ranks is not None and ranks < self.needs.ranks:
             return (f"{self.name} needs a job of {self.needs.ranks} or more ranks and this one runs {ranks}; give "
                     f"--nproc N, or start the ranks with a launcher after -- (-- torchrun --nproc_per_node 2 train.py)")
