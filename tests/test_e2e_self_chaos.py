@@ -59,6 +59,13 @@ def test_sigterm_and_sighup_of_run_kill_the_job_remove_the_sandboxes_and_exit_as
     assert f"Terminated by {signal.Signals(signum).name}" in err and "Traceback" not in err
     assert processes_of(results) == []
     assert sandboxes(results) == []
+    [stored] = results.glob("*/result.json")  # what ran is kept: inconclusive, interrupted
+    [trial] = json.loads(stored.read_text())["trials"]
+    assert (trial["status"], trial["reason"]) == ("inconclusive", "interrupted")
+    assert trial["headline"] == ("INCONCLUSIVE kill9-mid-save: chaosckpt was stopped before the trial ended: "
+                                 f"terminated by {signal.Signals(signum).name} during the uninterrupted run; run the "
+                                 "trial again")
+    assert json.loads(run_chaosckpt(["history", "--json"], cwd=project).stdout)["scenarios"] == []  # not recorded
 
 
 def test_sigkill_of_run_leaves_no_job_alive_even_behind_a_shell_and_the_next_run_cleans_its_sandbox(tmp_path):

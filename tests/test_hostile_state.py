@@ -77,7 +77,7 @@ def test_a_history_of_another_schema_is_moved_aside_and_a_new_one_started(tmp_pa
     for _ in range(2):
         result = run_chaosckpt(["history", "--workdir", str(tmp_path)], cwd=tmp_path)
         assert result.returncode == 0, result.stderr
-        assert "no suite has run" in result.stdout
+        assert "no suite or run has finished" in result.stdout
     assert len(aside(folder, "history.sqlite")) == 1
     (folder / "history.sqlite").write_bytes(b"not a database at all" * 100)
     result = run_chaosckpt(["history", "--workdir", str(tmp_path), "--json"], cwd=tmp_path)

@@ -70,7 +70,7 @@ def test_robust_suite_passes_reuses_its_reference_and_repeats_its_random_points(
         assert db.execute("SELECT COUNT(*), SUM(status = 'passed') FROM trials").fetchone() == (4, 4)
     history = run_chaosckpt(["history"], cwd=project)
     assert history.returncode == 0
-    assert history.stdout.splitlines()[0] == "kill9-mid-save: passed 4 of 4 trials (100%) in the last 2 suites"
+    assert history.stdout.splitlines()[0] == "kill9-mid-save: passed 4 of 4 trials (100%) in the last 2 suites and runs"
     assert len(history.stdout.splitlines()) == 4
 
 

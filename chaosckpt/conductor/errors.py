@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import enum
 import json
+import sqlite3
+import sys
 import unicodedata
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 
 class ExitCode(enum.IntEnum):
@@ -83,3 +85,12 @@ def exit_code(statuses: Iterable[str]) -> ExitCode:
     if "inconclusive" in statuses:
         return ExitCode.INCONCLUSIVE
     return ExitCode.PASSED
+
+
+def keep_going(what: str, write: Callable[[], None]) -> None:
+    """Write ``what`` (reports, the history); trouble with it is a warning on stderr, so the verdicts and the exit
+    code still come out."""
+    try:
+        write()
+    except (OSError, sqlite3.Error) as exc:
+        print(f"chaosckpt: warning: could not write {what}: {exc}", file=sys.stderr, flush=True)

@@ -25,7 +25,7 @@ def _value(value) -> str:
               help="The project whose .chaosckpt/history.sqlite is read (default: the configured workdir, else .).")
 @click.option("--json", "as_json", is_flag=True, help="Print the trends as one JSON document.")
 def command(scenario, last, workdir, as_json):
-    """Show how each scenario fared in past suites of this project, oldest first."""
+    """Show how each scenario fared in past suites and runs of this project, oldest first."""
     if workdir is None:
         workdir = configs.load(None, Path.cwd()).workdir
     trends = history.trends(workdir, scenario, last)
@@ -34,11 +34,12 @@ def command(scenario, last, workdir, as_json):
             {"scenario": t.scenario, "passed": t.passed, "total": t.total, "suites": [asdict(p) for p in t.points]} for t in trends])))
         return
     if not trends:
-        click.echo(f"no suite has run in {workdir} yet" + (f" with scenario {scenario}" if scenario else "") + "; run chaosckpt suite")
+        click.echo(f"no suite or run has finished in {workdir} yet" + (f" with scenario {scenario}" if scenario else "")
+                   + "; run chaosckpt suite or chaosckpt run")
         return
     for trend in trends:
         rate = 100.0 * trend.passed / trend.total if trend.total else 0.0
-        click.echo(f"{trend.scenario}: passed {trend.passed} of {trend.total} trials ({rate:.0f}%) in the last {len(trend.points)} suites")
-        click.echo(f"  {'suite started':<25}  {'passed':>9}  {'most lost steps':>15}  {'first divergent step':>20}")
+        click.echo(f"{trend.scenario}: passed {trend.passed} of {trend.total} trials ({rate:.0f}%) in the last {len(trend.points)} suites and runs")
+        click.echo(f"  {'started':<25}  {'passed':>9}  {'most lost steps':>15}  {'first divergent step':>20}")
         for p in trend.points:
             click.echo(f"  {p.started:<25}  {f'{p.passed}/{p.total}':>9}  {_value(p.max_lost_steps):>15}  {_value(p.first_divergent_step):>20}")

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
 import click
 
 from chaosckpt.conductor import config as configs, faults, option_table, scenario as scenarios
-from chaosckpt.conductor.errors import EXIT_CODES, UsageError, exit_code, printable
+from chaosckpt.conductor.errors import EXIT_CODES, UsageError, exit_code, keep_going, printable
 from chaosckpt.conductor.params import parse_param
 from chaosckpt.conductor.nodes import cluster as clusters
-from chaosckpt.conductor.results import atomic
+from chaosckpt.conductor.results import atomic, history, stored
 from chaosckpt.conductor.results.result import document
 from chaosckpt.conductor.runs import invocation, preflight, progress
 
@@ -63,10 +63,13 @@ def command(args, scenario_name, params, config_path, as_json, **given):
     --workdir: your own files, and your checkpoints above all, are never written.
 
     In a project configured for chaosckpt suite ([tool.chaosckpt] or
-    chaosckpt.toml), the job, its resume command, nproc, timeout and tolerance
-    come from there: chaosckpt run -s enospc needs nothing else.
+    chaosckpt.toml), the job, its resume command and every other setting there
+    (nproc, timeout, tolerance, horizon, ignore, ...) come from it: chaosckpt
+    run -s enospc needs nothing else. Each finished run is recorded in the
+    project's history (chaosckpt history); an interrupted one leaves its
+    result.json, inconclusive.
     """
-    from chaosckpt.conductor.trial import render, run_trial  # imports torch: only a command that runs a trial needs it
+    from chaosckpt.conductor.trial import Interrupted, render, run_trial  # imports torch: only a trial needs it
 
     scen, opts = prepare(args, scenario_name, params, config_path, as_json, given)
     results = opts.results_dir
@@ -75,9 +78,16 @@ def command(args, scenario_name, params, config_path, as_json, **given):
                    err=True)
         survey = preflight.survey(opts.workdir, [*opts.exclude, results], results / "sandboxes")
         click.echo(f"chaosckpt: {preflight.line(survey, [str(m) for m in opts.maps])}", err=True)
-    trial = run_trial(scen, opts)
+    try:
+        trial = run_trial(scen, opts)
+    except Interrupted as stopped:  # what ran is kept, as an inconclusive trial, before exiting as the signal asks
+        atomic.write_text(results / "result.json", json.dumps(document([stopped.trial]), indent=2) + "\n")
+        raise
     doc = document([trial])
     atomic.write_text(results / "result.json", json.dumps(doc, indent=2) + "\n")
+    stored_run = stored.load(results)
+    keep_going("the history", lambda: history.record(opts.workdir, stored_run.created, results,
+                                                     shlex.join(opts.command), stored_run.version, stored_run.trials))
     if as_json:
         click.echo(json.dumps(doc))
     else:

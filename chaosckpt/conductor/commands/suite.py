@@ -6,7 +6,6 @@ import json
 import os
 import random
 import shlex
-import sqlite3
 import sys
 import time
 from pathlib import Path
@@ -16,7 +15,7 @@ import click
 
 from chaosckpt.conductor import config as configs, faults, option_table, scenario as scenarios
 from chaosckpt.conductor.commands import report as report_command
-from chaosckpt.conductor.errors import EXIT_CODES, ExitCode, UsageError, exit_code, printable, shown
+from chaosckpt.conductor.errors import EXIT_CODES, ExitCode, UsageError, exit_code, keep_going, printable, shown
 from chaosckpt.conductor.params import parse_param
 from chaosckpt.conductor.results import atomic, history, stored, timestamps
 from chaosckpt.conductor.results.envelope import envelope
@@ -261,19 +260,11 @@ def _record(suite: Suite, reports: List[Path]) -> stored.Results:
     ran = [t.trial for t in results.trials if t.trial is not None]
     skipped = [{"id": t.id, "scenario": t.scenario, "reason": t.skipped} for t in results.trials if t.skipped]
     atomic.write_text(suite.folder / "result.json", json.dumps(document(ran, skipped), indent=2) + "\n")
-    _keep_going("the reports", lambda: report_command.write_reports(results, *reports))
+    keep_going("the reports", lambda: report_command.write_reports(results, *reports))
     if plan.state == "finished":
-        _keep_going("the history", lambda: history.record(Path(plan.workdir), plan.created, suite.folder,
+        keep_going("the history", lambda: history.record(Path(plan.workdir), plan.created, suite.folder,
                                                           shlex.join(plan.command), plan.chaosckpt, results.trials))
     return results
-
-
-def _keep_going(what: str, write: Callable[[], None]) -> None:
-    """Write ``what``; trouble with it is a warning, so the verdicts and the exit code still come out."""
-    try:
-        write()
-    except (OSError, sqlite3.Error) as exc:
-        click.echo(f"chaosckpt: warning: could not write {what}: {exc}", err=True)
 
 
 def _names(trial: PlannedTrial) -> Tuple[str, str]:

@@ -26,6 +26,7 @@ Reason = Literal[
     "disk-full",
     "node-lost",
     "sweep-untried",
+    "interrupted",
     "journal-refused",
     "slurm-job-ended",
 ]

@@ -10,7 +10,7 @@ its fault); ``shared`` replaces the faulted step in a suite whose kills, power l
 save share one run.
 """
 
-from chaosckpt.conductor.trial.options import Stop, TrialOptions
+from chaosckpt.conductor.trial.options import Interrupted, Stop, TrialOptions
 from chaosckpt.conductor.trial.runner import TrialRunner, run_trial
 
-__all__ = ["Stop", "TrialOptions", "TrialRunner", "run_trial"]
+__all__ = ["Interrupted", "Stop", "TrialOptions", "TrialRunner", "run_trial"]

@@ -79,3 +79,14 @@ class Stop(Exception):
         super().__init__(detail)
         self.reason = reason
         self.detail = detail
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C, SIGTERM or SIGHUP (``signals.Terminated``) ended a trial: what it had done by then, as an
+    inconclusive trial (``trial``), for the caller to store before it exits as the signal asks."""
+
+    def __init__(self, cause: KeyboardInterrupt, trial: Any) -> None:
+        super().__init__(*cause.args)
+        if hasattr(cause, "signum"):
+            self.signum = cause.signum
+        self.trial = trial

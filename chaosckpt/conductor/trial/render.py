@@ -24,6 +24,7 @@ REASONS = {
     "sweep-untried": "not every class of crash state was resumed",
     "journal-refused": "chaosckpt would not replay all of the job's durability journal",
     "slurm-job-ended": "the trial's Slurm job ended without a verdict",
+    "interrupted": "chaosckpt was stopped before the trial ended",
 }
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Optional
 
 from chaosckpt.conductor.results.result import Trial
-from chaosckpt.conductor.runs import preflight, sandbox
+from chaosckpt.conductor.runs import preflight, sandbox, signals
 from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog
 from chaosckpt.conductor.scenario import Scenario
 from chaosckpt.conductor.trial import assembly, async_saves, compare, preemption, shared
@@ -16,7 +16,7 @@ from chaosckpt.conductor.trial.arm import Armed, arm
 from chaosckpt.conductor.trial.context import Context
 from chaosckpt.conductor.trial.crashpoints import sweep_save
 from chaosckpt.conductor.trial.faulted import Faulted, faulted
-from chaosckpt.conductor.trial.options import Stop, TrialOptions
+from chaosckpt.conductor.trial.options import Interrupted, Stop, TrialOptions
 from chaosckpt.conductor.trial.plan import place
 from chaosckpt.conductor.trial.reference import judged, reference, usable
 from chaosckpt.conductor.trial.resume import resume
@@ -40,6 +40,13 @@ class TrialRunner:
             met = self._run()
         except Stop as stop:
             self.steps.stop = stop
+        except KeyboardInterrupt as exc:
+            steps = self.steps
+            phase = ("the uninterrupted run" if steps.reference is None else "the faulted run" if steps.faulted is None
+                     else "the resume")
+            said = signals.describe(exc)
+            self.steps.stop = Stop("interrupted", f"{said[0].lower()}{said[1:]} during {phase}; run the trial again")
+            raise Interrupted(exc, assembly.result(self.scenario, self.opts, self.ctx.runs, self.steps, None)) from None
         finally:
             if not self.opts.keep_sandbox:
                 sandbox.remove(self.ctx.sandbox_root)
