@@ -255,3 +255,27 @@ def test_off_a_terminal_each_verdict_is_one_line_on_stdout_and_the_summary_does_
     assert out.splitlines() == ["[1/1] FAILED kill9-mid-save: resume crashed", "  - torn-checkpoint: ckpt.pt is torn",
                                 "  replay: chaosckpt run --scenario kill9-mid-save"]
     assert err == "" and progress.streamed == ["kill9-mid-save"]
+
+
+def test_lf_reruns_only_what_failed_last_time_and_ff_runs_it_first(tmp_path):
+    project = tmp_path / "project"
+    project.mkdir()
+    shutil.copy(REPO / "tests" / "jobs" / "preempt_job.py", project / "train.py")
+    (project / "chaosckpt.toml").write_text('command = "train.py --handler exit"\n'
+                                            'scenarios = ["kill9-mid-save", "preemption"]\n')
+    first = run_chaosckpt(["suite", "--lf"], cwd=project)  # nothing recorded yet: everything runs
+    assert first.returncode == 1, first.stdout + first.stderr
+    assert "--lf: no earlier suite or run of this job is in the history; running every trial" in first.stderr
+    assert "PASSED kill9-mid-save" in first.stdout and "FAILED preemption" in first.stdout
+
+    again = run_chaosckpt(["suite", "--lf", "--json"], cwd=project)
+    assert again.returncode == 1, again.stderr
+    assert "--lf: 1 trial(s) failed or were inconclusive in the last suite or run" in again.stderr
+    assert [(t["id"], t["status"]) for t in json.loads(again.stdout)["trials"]] == [("preemption", "failed")]
+
+    first_failed = run_chaosckpt(["suite", "--ff"], cwd=project)
+    assert first_failed.returncode == 1
+    plan = json.loads((suite_folder(project) / "suite.json").read_text())
+    assert [t["id"] for t in plan["trials"]] == ["preemption", "kill9-mid-save"]
+    both = run_chaosckpt(["suite", "--lf", "--ff"], cwd=project)
+    assert both.returncode == 2 and "give one" in both.stderr

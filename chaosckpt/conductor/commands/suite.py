@@ -187,13 +187,18 @@ def _line(item: Finished) -> str:
 @click.option("--resume", "resume_suite", is_flag=True, help="Continue the newest interrupted suite; finished trials are kept.")
 @click.option("-k", "keyword", default=None, metavar="EXPR",
               help='Only trials whose id or scenario matches EXPR, as pytest\'s -k: -k "enospc and not late".')
+@click.option("--lf", "--last-failed", "last_failed", is_flag=True,
+              help="Only the trials that failed or were inconclusive in this job's last suite or run, as pytest's --lf "
+                   "(all of them when none did).")
+@click.option("--ff", "--failed-first", "failed_first", is_flag=True,
+              help="Every trial, those that failed or were inconclusive last time first, as pytest's --ff.")
 @click.option("--fresh-reference", is_flag=True, help="Run the reference again even when a cached one matches.")
 @click.option("--html", "html_path", type=click.Path(path_type=Path), default=None, help="HTML report path (default: in the suite's folder).")
 @click.option("--junit", "junit_path", type=click.Path(path_type=Path), default=None, help="JUnit XML path (default: in the suite's folder).")
 @click.option("--markdown", "markdown_path", type=click.Path(path_type=Path), default=None, help="Markdown summary path (default: in the suite's folder).")
 @click.option("--json", "as_json", is_flag=True, help="Print only one JSON document on stdout: the verdicts and where the reports are.")
 def command(args, config_path, scenario_names, params, jobs, trials, seed, share, executor, slurm_args, resume_suite,
-            keyword, fresh_reference, html_path, junit_path, markdown_path, as_json, **given):
+            keyword, last_failed, failed_first, fresh_reference, html_path, junit_path, markdown_path, as_json, **given):
     """Run every configured scenario against the job, then write HTML, JUnit and Markdown reports.
 
     \b
@@ -203,6 +208,7 @@ def command(args, config_path, scenario_names, params, jobs, trials, seed, share
       chaosckpt suite --trials 20 --seed 7               # 20 trials per scenario at random fault points
       chaosckpt suite --resume                           # continue an interrupted suite
       chaosckpt suite -k "enospc and not late"           # only the trials whose id or scenario match
+      chaosckpt suite --lf                               # only what failed last time (--ff: that first)
       chaosckpt suite --executor slurm --slurm-args "-p gpu --gpus 1 -t 1:00:00"   # each trial a Slurm job
 
     Settings come from built-in defaults, then the configuration file, then
@@ -216,14 +222,19 @@ def command(args, config_path, scenario_names, params, jobs, trials, seed, share
         **option_table.from_cli(given))
     if keyword is not None:
         keywords.matcher(keyword)  # a malformed expression is refused before anything runs
+    if resume_suite and (last_failed or failed_first):
+        raise UsageError("--resume continues a suite as it was planned; --lf and --ff choose the trials of a new one")
+    if last_failed and failed_first:
+        raise UsageError("--lf runs only what failed last time and --ff runs everything with that first: give one")
+    rerun = "lf" if last_failed else "ff" if failed_first else None
     if resume_suite:
         suite, parts = _resumed(conf)
     else:
         suite, parts = _started(conf, bool(args), dict(parse_param(p) for p in params), keyword,
-                                _sbatch(conf, slurm_args))
+                                _sbatch(conf, slurm_args), rerun)
     plan = suite.plan
     try:
-        _reference(suite, parts, fresh_reference and not resume_suite, keyword, resume_suite)
+        _reference(suite, parts, fresh_reference and not resume_suite, keyword, resume_suite, rerun)
         runnable = [t for t in plan.trials if not t.skipped]
         done = len(runnable) - len(suite.pending())
         if resume_suite:
@@ -283,6 +294,24 @@ def _matching(trials: List[PlannedTrial], keyword: str) -> List[PlannedTrial]:
     return chosen
 
 
+def _failed_before(plan: Plan, only: bool) -> List[PlannedTrial]:
+    """``--lf`` (``only``): the trials that did not pass in the job's last suite or run recorded in the history,
+    or all of them when none failed or none was recorded; ``--ff``: all, those first."""
+    last = history.last_time(Path(plan.workdir), shlex.join(plan.command))
+    failed = set(last.failed) if last is not None else set()
+    again = [t for t in plan.trials if t.id in failed]
+    flag = "--lf" if only else "--ff"
+    if last is None or not again:
+        why = ("no earlier suite or run of this job is in the history" if last is None else
+               f"nothing failed in the last one ({last.started})" if not last.failed else
+               f"none of the {len(last.failed)} trial(s) that failed in the last one ({last.started}) is planned now")
+        click.echo(f"chaosckpt: {flag}: {why}; running every trial", err=True)
+        return plan.trials
+    click.echo(f"chaosckpt: {flag}: {len(again)} trial(s) failed or were inconclusive in the last suite or run "
+               f"({last.started}): {', '.join(t.id for t in again)}" + (" first" if not only else ""), err=True)
+    return again if only else again + [t for t in plan.trials if t.id not in failed]
+
+
 def _sbatch(conf, slurm_args: Optional[str]) -> List[str]:
     """Every trial's ``sbatch`` options: ``[tool.chaosckpt.slurm]``, then ``--slurm-args``."""
     try:
@@ -295,12 +324,14 @@ def _sbatch(conf, slurm_args: Optional[str]) -> List[str]:
 
 
 def _started(conf, from_cli: bool, params: Dict[str, Any], keyword: Optional[str],
-             sbatch: List[str]) -> Tuple[Suite, Dict[str, object]]:
+             sbatch: List[str], rerun: Optional[str]) -> Tuple[Suite, Dict[str, object]]:
     plan, parts = _new_plan(conf, from_cli, params)
     plan.executor, plan.sbatch = conf.executor, sbatch
     executors.executor(plan.executor, Path(plan.results), sbatch).check()  # before a suite folder is made
     if keyword is not None and not conf.trials:
         plan.trials = _matching(plan.trials, keyword)  # before the reference runs: a typo costs nothing
+    if rerun is not None and not conf.trials:
+        plan.trials = _failed_before(plan, rerun == "lf")
     folder = invocation.results_dir(Path(plan.results), "suite")
     click.echo(f"chaosckpt: suite of {len(plan.trials)} scenario(s) on {shlex.join(plan.command)} "
                f"(results in {folder})", err=True)
@@ -315,8 +346,10 @@ def _started(conf, from_cli: bool, params: Dict[str, Any], keyword: Optional[str
     return suite, parts
 
 
-def _reference(suite: Suite, parts: Dict[str, object], fresh: bool, keyword: Optional[str], resumed: bool) -> None:
-    """The suite's reference run, then the random fault points drawn from it (once), and ``-k`` on a resume."""
+def _reference(suite: Suite, parts: Dict[str, object], fresh: bool, keyword: Optional[str], resumed: bool,
+               rerun: Optional[str] = None) -> None:
+    """The suite's reference run, then the random fault points drawn from it (once), ``-k``, ``--lf`` and ``--ff``
+    on them, and ``-k`` on a resume."""
     plan = suite.plan
     if not suite.pending():
         return  # every trial skipped or done: nothing needs a reference
@@ -334,6 +367,8 @@ def _reference(suite: Suite, parts: Dict[str, object], fresh: bool, keyword: Opt
         click.echo(f"chaosckpt: {len(plan.trials)} trial(s) at random fault points, --seed {plan.seed}", err=True)
         if keyword is not None:
             plan.trials = _matching(plan.trials, keyword)
+        if rerun is not None:
+            plan.trials = _failed_before(plan, rerun == "lf")
         suite.save_plan()
     elif keyword is not None and resumed:
         suite.selected = {t.id for t in _matching(suite.pending(), keyword)}

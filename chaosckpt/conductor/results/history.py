@@ -147,3 +147,31 @@ def trends(workdir: Path, scenario: Optional[str] = None, last: int = 20) -> Lis
     for name, _, started, passed, total, lost, divergent in rows:
         out.setdefault(name, []).append(Point(started, passed, total, lost, divergent))
     return [Trend(name, points[-last:]) for name, points in out.items()]
+
+
+@dataclass
+class LastTime:
+    """The newest recorded suite or run of a job: when it started, and the ids of its trials that did not pass."""
+
+    started: str
+    folder: str
+    failed: List[str]
+
+
+def last_time(workdir: Path, command: str) -> Optional[LastTime]:
+    """What the newest suite (or run) of ``command`` recorded in ``workdir``'s history left failed or inconclusive;
+    None when the history holds none (``suite --lf`` and ``--ff`` then run every trial, as pytest's do)."""
+    path = Path(workdir) / cache.FOLDER / FILE
+    if not path.is_file():
+        return None
+
+    def newest(db: sqlite3.Connection) -> Optional[LastTime]:
+        row = db.execute("SELECT id, started, folder FROM suites WHERE command = ? ORDER BY id DESC LIMIT 1",
+                         (command,)).fetchone()
+        if row is None:
+            return None
+        failed = [t for (t,) in db.execute("SELECT trial FROM trials WHERE suite = ? AND status != 'passed' "
+                                           "ORDER BY rowid", (row[0],))]
+        return LastTime(row[1], row[2], failed)
+
+    return _transaction(path, newest)
