@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import shutil
 import sqlite3
@@ -279,3 +280,26 @@ def test_lf_reruns_only_what_failed_last_time_and_ff_runs_it_first(tmp_path):
     assert [t["id"] for t in plan["trials"]] == ["preemption", "kill9-mid-save"]
     both = run_chaosckpt(["suite", "--lf", "--ff"], cwd=project)
     assert both.returncode == 2 and "give one" in both.stderr
+
+
+def test_plan_lists_the_trials_and_their_cost_and_max_minutes_leaves_out_what_would_not_fit(tmp_path):
+    project = tmp_path / "project"
+    project.mkdir()
+    shutil.copy(REPO / "tests" / "jobs" / "preempt_job.py", project / "train.py")
+    (project / "chaosckpt.toml").write_text('command = "train.py"\n'
+                                            'scenarios = ["kill9-mid-save", { scenario = "power-loss", sweep = true }]\n')
+    unknown = run_chaosckpt(["suite", "--plan"], cwd=project)
+    assert unknown.returncode == 0, unknown.stderr
+    assert unknown.stdout.splitlines()[1:3] == ["  kill9-mid-save: 2 runs",
+                                                "  power-loss-sweep: 9 runs (at most: one per class of crash state)"]
+    assert "whose length is not known yet" in unknown.stdout
+    assert sorted(p.name for p in project.iterdir()) == ["chaosckpt.toml", "train.py"]  # --plan runs and makes nothing
+
+    cut = run_chaosckpt(["suite", "--max-minutes", "0.001"], cwd=project)  # the reference runs, then nothing fits
+    assert cut.returncode == 0, cut.stderr
+    assert "--max-minutes 0.001: left out 2 trial(s) that would not fit" in cut.stderr
+    assert "SKIPPED kill9-mid-save: left out by --max-minutes" in cut.stdout
+
+    known = run_chaosckpt(["suite", "--plan", "-j", "2"], cwd=project)
+    assert re.match(r"  kill9-mid-save: 2 runs ~\d+\.\d min$", known.stdout.splitlines()[1])
+    assert re.search(r"total: 11 runs of about \d+ s each .* with 2 trial\(s\) at a time", known.stdout)

@@ -22,7 +22,7 @@ from chaosckpt.conductor.results.envelope import envelope
 from chaosckpt.conductor.results.suite_plan import Plan, PlannedTrial, load_plan, scenario_label, trial_ids
 from chaosckpt.conductor.results.result import document
 from chaosckpt.conductor.runs import cache, invocation, leftovers, locks, logcap
-from chaosckpt.conductor.suite import executors, keywords
+from chaosckpt.conductor.suite import estimate, executors, keywords
 from chaosckpt.conductor.suite.runner import (Finished, Suite, completed_saves, prepare_reference, random_points,
                                               trigger_keys)
 
@@ -192,13 +192,20 @@ def _line(item: Finished) -> str:
                    "(all of them when none did).")
 @click.option("--ff", "--failed-first", "failed_first", is_flag=True,
               help="Every trial, those that failed or were inconclusive last time first, as pytest's --ff.")
+@click.option("--plan", "show_plan", is_flag=True,
+              help="List the trials that would run, the runs each needs and an estimate in minutes from the cached "
+                   "reference run's length; run nothing.")
+@click.option("--max-minutes", type=click.FloatRange(min=0, min_open=True), default=None, metavar="M",
+              help="Once the reference has run, leave out the trials (the last first) whose runs would not fit in M "
+                   "minutes by that estimate, and say which.")
 @click.option("--fresh-reference", is_flag=True, help="Run the reference again even when a cached one matches.")
 @click.option("--html", "html_path", type=click.Path(path_type=Path), default=None, help="HTML report path (default: in the suite's folder).")
 @click.option("--junit", "junit_path", type=click.Path(path_type=Path), default=None, help="JUnit XML path (default: in the suite's folder).")
 @click.option("--markdown", "markdown_path", type=click.Path(path_type=Path), default=None, help="Markdown summary path (default: in the suite's folder).")
 @click.option("--json", "as_json", is_flag=True, help="Print only one JSON document on stdout: the verdicts and where the reports are.")
 def command(args, config_path, scenario_names, params, jobs, trials, seed, share, executor, slurm_args, resume_suite,
-            keyword, last_failed, failed_first, fresh_reference, html_path, junit_path, markdown_path, as_json, **given):
+            keyword, last_failed, failed_first, show_plan, max_minutes, fresh_reference, html_path, junit_path,
+            markdown_path, as_json, **given):
     """Run every configured scenario against the job, then write HTML, JUnit and Markdown reports.
 
     \b
@@ -209,6 +216,8 @@ def command(args, config_path, scenario_names, params, jobs, trials, seed, share
       chaosckpt suite --resume                           # continue an interrupted suite
       chaosckpt suite -k "enospc and not late"           # only the trials whose id or scenario match
       chaosckpt suite --lf                               # only what failed last time (--ff: that first)
+      chaosckpt suite --plan                             # what would run, and about how long it takes
+      chaosckpt suite --max-minutes 30                   # leave out what would not fit in 30 minutes
       chaosckpt suite --executor slurm --slurm-args "-p gpu --gpus 1 -t 1:00:00"   # each trial a Slurm job
 
     Settings come from built-in defaults, then the configuration file, then
@@ -227,6 +236,13 @@ def command(args, config_path, scenario_names, params, jobs, trials, seed, share
     if last_failed and failed_first:
         raise UsageError("--lf runs only what failed last time and --ff runs everything with that first: give one")
     rerun = "lf" if last_failed else "ff" if failed_first else None
+    if show_plan:
+        if resume_suite:
+            raise UsageError("--plan shows a new suite's trials; --resume continues one already planned")
+        plan, _ = _chosen(conf, bool(args), dict(parse_param(p) for p in params), keyword, rerun)
+        jobs = conf.jobs or (len(plan.trials) if conf.executor == "slurm" else 1)
+        click.echo("\n".join(estimate.lines(plan, estimate.reference_seconds(plan), jobs)))
+        return
     if resume_suite:
         suite, parts = _resumed(conf)
     else:
@@ -234,7 +250,8 @@ def command(args, config_path, scenario_names, params, jobs, trials, seed, share
                                 _sbatch(conf, slurm_args), rerun)
     plan = suite.plan
     try:
-        _reference(suite, parts, fresh_reference and not resume_suite, keyword, resume_suite, rerun)
+        _reference(suite, parts, fresh_reference and not resume_suite, keyword, resume_suite, rerun,
+                   None if resume_suite else max_minutes)
         runnable = [t for t in plan.trials if not t.skipped]
         done = len(runnable) - len(suite.pending())
         if resume_suite:
@@ -294,6 +311,19 @@ def _matching(trials: List[PlannedTrial], keyword: str) -> List[PlannedTrial]:
     return chosen
 
 
+def _fit(suite: Suite, budget_min: float) -> None:
+    """``--max-minutes``: the trials whose runs would not fit, by the reference run's length, skipped and named."""
+    plan = suite.plan
+    seconds = estimate.reference_seconds(plan, suite.folder / "reference")
+    if seconds is None:
+        return
+    cut = estimate.fit(plan, seconds, suite.jobs, budget_min)
+    if cut:
+        click.echo(f"chaosckpt: --max-minutes {budget_min:g}: left out {len(cut)} trial(s) that would not fit (runs "
+                   f"of about {seconds:.0f} s each): {', '.join(t.id for t in cut)}", err=True)
+        suite.save_plan()
+
+
 def _failed_before(plan: Plan, only: bool) -> List[PlannedTrial]:
     """``--lf`` (``only``): the trials that did not pass in the job's last suite or run recorded in the history,
     or all of them when none failed or none was recorded; ``--ff``: all, those first."""
@@ -323,15 +353,23 @@ def _sbatch(conf, slurm_args: Optional[str]) -> List[str]:
     return executors.sbatch_args(conf.slurm, extra)
 
 
-def _started(conf, from_cli: bool, params: Dict[str, Any], keyword: Optional[str],
-             sbatch: List[str], rerun: Optional[str]) -> Tuple[Suite, Dict[str, object]]:
+def _chosen(conf, from_cli: bool, params: Dict[str, Any], keyword: Optional[str],
+            rerun: Optional[str]) -> Tuple[Plan, Dict[str, object]]:
+    """A new suite's plan, with its trials chosen by ``-k``, ``--lf`` or ``--ff`` (random trials are chosen once
+    drawn, after the reference run), and its reference's cache key parts."""
     plan, parts = _new_plan(conf, from_cli, params)
-    plan.executor, plan.sbatch = conf.executor, sbatch
-    executors.executor(plan.executor, Path(plan.results), sbatch).check()  # before a suite folder is made
     if keyword is not None and not conf.trials:
         plan.trials = _matching(plan.trials, keyword)  # before the reference runs: a typo costs nothing
     if rerun is not None and not conf.trials:
         plan.trials = _failed_before(plan, rerun == "lf")
+    return plan, parts
+
+
+def _started(conf, from_cli: bool, params: Dict[str, Any], keyword: Optional[str],
+             sbatch: List[str], rerun: Optional[str]) -> Tuple[Suite, Dict[str, object]]:
+    plan, parts = _chosen(conf, from_cli, params, keyword, rerun)
+    plan.executor, plan.sbatch = conf.executor, sbatch
+    executors.executor(plan.executor, Path(plan.results), sbatch).check()  # before a suite folder is made
     folder = invocation.results_dir(Path(plan.results), "suite")
     click.echo(f"chaosckpt: suite of {len(plan.trials)} scenario(s) on {shlex.join(plan.command)} "
                f"(results in {folder})", err=True)
@@ -347,7 +385,7 @@ def _started(conf, from_cli: bool, params: Dict[str, Any], keyword: Optional[str
 
 
 def _reference(suite: Suite, parts: Dict[str, object], fresh: bool, keyword: Optional[str], resumed: bool,
-               rerun: Optional[str] = None) -> None:
+               rerun: Optional[str] = None, budget_min: Optional[float] = None) -> None:
     """The suite's reference run, then the random fault points drawn from it (once), ``-k``, ``--lf`` and ``--ff``
     on them, and ``-k`` on a resume."""
     plan = suite.plan
@@ -372,6 +410,8 @@ def _reference(suite: Suite, parts: Dict[str, object], fresh: bool, keyword: Opt
         suite.save_plan()
     elif keyword is not None and resumed:
         suite.selected = {t.id for t in _matching(suite.pending(), keyword)}
+    if budget_min is not None:
+        _fit(suite, budget_min)
 
 
 def _resumed(conf) -> Tuple[Suite, Dict[str, object]]:
