@@ -28,9 +28,9 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from chaosckpt.conductor.commands import audit, clean, history, node, report, run, scenarios, suite
+    from chaosckpt.conductor.commands import audit, clean, history, init, node, report, run, scenarios, suite
 
-    for module in (run, scenarios, suite, report, history, audit, clean, node):
+    for module in (run, scenarios, suite, report, history, audit, clean, node, init):
         cli.add_command(module.command)
 
 
