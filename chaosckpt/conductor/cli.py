@@ -28,9 +28,10 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from chaosckpt.conductor.commands import audit, clean, history, init, node, report, run, scenarios, suite
+    from chaosckpt.conductor.commands import (audit, clean, history, init, node, report, repro, run, scenarios,
+                                              suite)
 
-    for module in (run, scenarios, suite, report, history, audit, clean, node, init):
+    for module in (run, scenarios, suite, report, history, audit, clean, node, init, repro):
         cli.add_command(module.command)
 
 
