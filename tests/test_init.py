@@ -74,3 +74,12 @@ def test_nothing_that_exists_is_overwritten(tmp_path, existing, pyproject, word)
 def test_a_missing_script_is_a_usage_error(tmp_path):
     res = run_chaosckpt(["init", "nope.py"], cwd=tmp_path)
     assert res.returncode == 2 and "no script nope.py" in res.stderr and list(tmp_path.iterdir()) == []
+
+
+def test_a_resume_flag_that_takes_a_value_is_named_not_guessed(tmp_path):
+    root = project(tmp_path, PLAIN + "p.add_argument('--resume_from_checkpoint', type=str)\n")
+    res = run_chaosckpt(["init", "train.py", "--no-ci", "--no-test"], cwd=root)
+    assert res.returncode == 0, res.stderr
+    text = (root / "chaosckpt.toml").read_text()
+    assert "resume_args" not in tomllib.loads(text)
+    assert "--resume_from_checkpoint takes a value chaosckpt cannot guess" in text and "cannot guess" in res.stdout

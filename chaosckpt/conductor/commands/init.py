@@ -34,7 +34,8 @@ def guess_resume(source: str) -> Tuple[List[str], str]:
     for flag, rest in RESUME_FLAG.findall(source):
         if "store_true" in rest:
             return [flag], f"its argparse flag {flag} (store_true)"
-        return [flag, "auto"], f"its argparse flag {flag}, which takes a value: check that 'auto' is the one to give"
+        return [], (f"its argparse flag {flag} takes a value chaosckpt cannot guess: set resume_args to it "
+                    f"(resume_args = \"{flag} ckpt/last.pt\"); until then the resume runs the same command")
     return [], "no --resume-like flag found: the resume runs the same command (a job that resumes by itself)"
 
 
