@@ -18,10 +18,11 @@ from conftest import REPO, assert_envelope, processes_of, read_junit, run_chaosc
 pytestmark = pytest.mark.e2e
 
 
-def example(tmp_path: Path, name: str, config: str) -> Path:
+def example(tmp_path: Path, name: str, config: str, folder: Path = REPO / "examples") -> Path:
+    """A project of one job (an example, or a test job with ``folder``) as ``train.py``, configured by ``config``."""
     project = tmp_path / "project"
     project.mkdir()
-    shutil.copy(REPO / "examples" / name, project / "train.py")
+    shutil.copy(folder / name, project / "train.py")
     (project / "chaosckpt.toml").write_text(config)
     return project
 
@@ -259,11 +260,8 @@ def test_off_a_terminal_each_verdict_is_one_line_on_stdout_and_the_summary_does_
 
 
 def test_lf_reruns_only_what_failed_last_time_and_ff_runs_it_first(tmp_path):
-    project = tmp_path / "project"
-    project.mkdir()
-    shutil.copy(REPO / "tests" / "jobs" / "preempt_job.py", project / "train.py")
-    (project / "chaosckpt.toml").write_text('command = "train.py --handler exit"\n'
-                                            'scenarios = ["kill9-mid-save", "preemption"]\n')
+    project = example(tmp_path, "preempt_job.py", 'command = "train.py --handler exit"\n'
+                      'scenarios = ["kill9-mid-save", "preemption"]\n', REPO / "tests" / "jobs")
     first = run_chaosckpt(["suite", "--lf"], cwd=project)  # nothing recorded yet: everything runs
     assert first.returncode == 1, first.stdout + first.stderr
     assert "--lf: no earlier suite or run of this job is in the history; running every trial" in first.stderr
@@ -283,11 +281,8 @@ def test_lf_reruns_only_what_failed_last_time_and_ff_runs_it_first(tmp_path):
 
 
 def test_plan_lists_the_trials_and_their_cost_and_max_minutes_leaves_out_what_would_not_fit(tmp_path):
-    project = tmp_path / "project"
-    project.mkdir()
-    shutil.copy(REPO / "tests" / "jobs" / "preempt_job.py", project / "train.py")
-    (project / "chaosckpt.toml").write_text('command = "train.py"\n'
-                                            'scenarios = ["kill9-mid-save", { scenario = "power-loss", sweep = true }]\n')
+    project = example(tmp_path, "preempt_job.py", 'command = "train.py"\n'
+                      'scenarios = ["kill9-mid-save", { scenario = "power-loss", sweep = true }]\n', REPO / "tests" / "jobs")
     unknown = run_chaosckpt(["suite", "--plan"], cwd=project)
     assert unknown.returncode == 0, unknown.stderr
     assert unknown.stdout.splitlines()[1:3] == ["  kill9-mid-save: 2 runs",
