@@ -104,7 +104,7 @@ def save_damage(ctx: Context, run: Faulted, armed: Armed, outcome: Outcome, erro
     proc, work = run.proc, armed.work
     broken = [s for s in proc.saves if s.index == proc.fault["save"]]
     # a preemption's save was cut only where the signal ended the job inside it; else it went on to its end
-    cut = proc.fault["fault"] != "preempt" or any(not s.ok for s in broken)
+    cut = run.result is None or run.result.preempted is None or any(not s.ok for s in broken)
     mid_save = ("write" in proc.fault and cut) or proc.fault["fault"] == "disk-full"
     struck = proc.fault.get("path") or (_struck(broken[0]) if broken else None)
     if not mid_save or not broken or struck is None or outcome == "last-good":
