@@ -24,11 +24,12 @@ needs_namespace = pytest.mark.skipif(not confinement.available(), reason="no mou
 
 
 def digest(*roots: Path) -> Dict[str, str]:
-    """Every name, type, mode and content under ``roots`` (files hashed in chunks: inputs may be large)."""
+    """Every name, type, mode and content under ``roots`` (files hashed in chunks: inputs may be large), but
+    chaosckpt's own ``.chaosckpt/`` folder in a project, where each finished run joins the history."""
     out = {}
     for root in roots:
         for dirpath, dirs, files in os.walk(root):
-            dirs.sort()
+            dirs[:] = sorted(d for d in dirs if not (d == ".chaosckpt" and Path(dirpath) == Path(root)))
             for name in sorted(dirs + files):
                 path = Path(dirpath, name)
                 st = os.lstat(path)
