@@ -51,7 +51,7 @@ def test_the_end_of_a_run_kills_nothing_of_a_job_started_after_its_namespace_was
     (another run's job, the confinement probe)."""
     box = tmp_path / "box"
     box.mkdir()
-    argv, env = confinement.command(["sleep", "0.3"], box, tmp_path / "log", [])
+    argv, env = confinement.command(["sleep", "2"], box, tmp_path / "log", [])  # long enough to be seen confined under load
     job = subprocess.Popen(argv, cwd=box, env={**os.environ, **env})
     held = None
     while held is None and job.poll() is None:
