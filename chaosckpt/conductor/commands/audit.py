@@ -12,7 +12,7 @@ import json
 import os
 import stat
 import sys
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 import click
 
@@ -137,6 +137,20 @@ def _stopped(name: str, target: str, size: int, limit: Any) -> Dict[str, Any]:
             "rng_states": [], "progress": [], "findings": [finding], "notes": []}
 
 
+def _without(report: Dict[str, Any], target: str, ignored: Sequence[str]) -> Dict[str, Any]:
+    """``report`` with the ``--ignore``d kinds left out and each status (a folder's files', then its own) judged
+    on what is left."""
+    from chaosckpt.conductor.disk import checkpoint_folder
+
+    for part in report["files"] if target == "folder" else []:
+        part["findings"] = [f for f in part["findings"] if f["kind"] not in ignored]
+        part["status"] = checkpoint_folder.status(part)
+    report["findings"] = [f for f in report["findings"] if f["kind"] not in ignored]
+    flagged = report["findings"] or any(p["findings"] for p in report.get("files", []) if target == "folder")
+    report["status"] = "findings" if flagged else "ok"
+    return report
+
+
 def _target(name: str) -> str:
     """``file`` or ``folder``; a path that is neither is a usage error."""
     try:
@@ -251,21 +265,10 @@ def command(files, streams, training, ignored, max_inflate, max_seconds, max_mem
         reader = (functools.partial(checkpoint_folder.audit_folder, name, streams=streams, max_inflate=limit,
                                     training=training) if target == "folder" else
                   functools.partial(audit.audit_file, name, streams=streams, max_inflate=limit, training=training))
-        report = _boxed(reader, name, target, size, box.Limits.for_size(size, max_seconds, memory))
-        if target == "folder":
-            for part in report["files"]:
-                part["findings"] = [f for f in part["findings"] if f["kind"] not in ignored]
-                if part["status"] != "orphaned":
-                    part["status"] = checkpoint_folder.status(part)
-            report["findings"] = [f for f in report["findings"] if f["kind"] not in ignored]
-            report["status"] = "findings" if report["findings"] or any(p["findings"] for p in report["files"]) else "ok"
-            folders.append(report)
-            lines = _render_folder(report)
-        else:
-            report["findings"] = [f for f in report["findings"] if f["kind"] not in ignored]
-            report["status"] = "findings" if report["findings"] else "ok"
-            reports.append(report)
-            lines = _render(report)
+        report = _without(_boxed(reader, name, target, size, box.Limits.for_size(size, max_seconds, memory)),
+                          target, ignored)
+        (folders if target == "folder" else reports).append(report)
+        lines = _render_folder(report) if target == "folder" else _render(report)
         if not as_json:
             for line in lines:
                 click.echo(printable(line))

@@ -178,8 +178,10 @@ def _orphans(files: List[Dict[str, Any]]) -> List[str]:
 
 
 def status(report: Dict[str, Any]) -> str:
-    """A file's status in its folder: ``unreadable`` (torn, damaged, cannot be read), ``findings`` or ``ok``
-    (``orphaned``, set by ``_orphans``: an unreadable temporary file beside whole checkpoints)."""
+    """A file's status in its folder: ``unreadable`` (torn, damaged, cannot be read), ``findings`` or ``ok``;
+    ``orphaned`` stays (set by ``_orphans``: an unreadable temporary file beside whole checkpoints)."""
+    if report.get("status") == "orphaned":
+        return "orphaned"
     if any(f["kind"] == "unreadable-checkpoint" for f in report["findings"]):
         return "unreadable"
     return "findings" if report["findings"] else "ok"
