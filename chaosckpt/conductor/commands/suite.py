@@ -231,14 +231,8 @@ def command(args, config_path, scenario_names, params, jobs, trials, seed, share
         **option_table.from_cli(given))
     if keyword is not None:
         keywords.matcher(keyword)  # a malformed expression is refused before anything runs
-    if resume_suite and (last_failed or failed_first):
-        raise UsageError("--resume continues a suite as it was planned; --lf and --ff choose the trials of a new one")
-    if last_failed and failed_first:
-        raise UsageError("--lf runs only what failed last time and --ff runs everything with that first: give one")
-    rerun = "lf" if last_failed else "ff" if failed_first else None
+    rerun = _rerun(resume_suite, last_failed, failed_first, show_plan)
     if show_plan:
-        if resume_suite:
-            raise UsageError("--plan shows a new suite's trials; --resume continues one already planned")
         plan, _ = _chosen(conf, bool(args), dict(parse_param(p) for p in params), keyword, rerun)
         jobs = conf.jobs or (len(plan.trials) if conf.executor == "slurm" else 1)
         click.echo("\n".join(estimate.lines(plan, estimate.reference_seconds(plan), jobs)))
@@ -266,15 +260,21 @@ def command(args, config_path, scenario_names, params, jobs, trials, seed, share
         raise
     reports = [html_path or suite.folder / "report.html", junit_path or suite.folder / "junit.xml",
                markdown_path or suite.folder / "summary.md"]
+    sys.exit(_finish(suite, finished, reports, progress.streamed, time.monotonic() - started, as_json))
+
+
+def _finish(suite: Suite, finished: List[Finished], reports: List[Path], streamed: List[str], elapsed: float,
+            as_json: bool) -> int:
+    """The suite's results recorded and reported, the verdicts printed; the exit status they make."""
     results = _record(suite, reports)
     ran = [t.trial for t in results.trials if t.trial is not None]
     if as_json:
         click.echo(json.dumps(_document(results, suite, reports)))
     else:
-        _summary(results, finished, time.monotonic() - started, reports, progress.streamed)
+        _summary(results, finished, elapsed, reports, streamed)
     crashed = [f for f in finished if f.trial is None and f.returncode != ExitCode.INCONCLUSIVE]
     full = ["inconclusive" for f in finished if f.trial is None and f.returncode == ExitCode.INCONCLUSIVE]
-    sys.exit(int(ExitCode.INTERNAL if crashed else exit_code([*(t.status for t in ran), *full])))
+    return int(ExitCode.INTERNAL if crashed else exit_code([*(t.status for t in ran), *full]))
 
 
 def _record(suite: Suite, reports: List[Path]) -> stored.Results:
@@ -351,6 +351,17 @@ def _sbatch(conf, slurm_args: Optional[str]) -> List[str]:
     if (extra or conf.slurm) and conf.executor != "slurm":
         raise UsageError("--slurm-args and [tool.chaosckpt.slurm] are for --executor slurm; add it, or drop them")
     return executors.sbatch_args(conf.slurm, extra)
+
+
+def _rerun(resume_suite: bool, last_failed: bool, failed_first: bool, show_plan: bool) -> Optional[str]:
+    """``lf`` or ``ff`` (or None) from the flags, which a resumed suite, planned already, takes none of."""
+    if resume_suite and (last_failed or failed_first):
+        raise UsageError("--resume continues a suite as it was planned; --lf and --ff choose the trials of a new one")
+    if resume_suite and show_plan:
+        raise UsageError("--plan shows a new suite's trials; --resume continues one already planned")
+    if last_failed and failed_first:
+        raise UsageError("--lf runs only what failed last time and --ff runs everything with that first: give one")
+    return "lf" if last_failed else "ff" if failed_first else None
 
 
 def _chosen(conf, from_cli: bool, params: Dict[str, Any], keyword: Optional[str],
