@@ -12,10 +12,11 @@ from typing import List, Optional, Tuple
 
 import click
 
+from chaosckpt.conductor import faults
 from chaosckpt.conductor.errors import UsageError
+from chaosckpt.conductor.faults.kind import Needs
 from chaosckpt.conductor.results import atomic
 
-ONE_MACHINE = ("kill9-mid-save", "enospc", "power-loss", "eval-left-on", "preemption")
 RESUME_FLAG = re.compile(r"""add_argument\(\s*["'](--[\w-]*resum[\w-]*)["']([^)]*)\)""", re.IGNORECASE)
 """An argparse flag whose name says it resumes (``--resume``, ``--resume-from``, ``--auto_resume``)."""
 DISTRIBUTED = re.compile(r"init_process_group|torch\.distributed\.run|DistributedDataParallel|LOCAL_RANK")
@@ -39,9 +40,17 @@ def guess_resume(source: str) -> Tuple[List[str], str]:
     return [], "no --resume-like flag found: the resume runs the same command (a job that resumes by itself)"
 
 
-def config_text(script: str, args: List[str], resume: List[str], why: str, distributed: bool) -> str:
+def fitting(distributed: bool) -> List[str]:
+    """The built-in scenarios of the fault kinds a job on one machine meets (with more ranks: those that need them
+    too, last), as the kinds name them."""
+    one = [k.scenario for k in faults.KINDS.values() if k.needs == Needs()]
+    ranked = [k.scenario for k in faults.KINDS.values() if k.needs.nodes == 1 and k.needs.ranks > 1]
+    return one + (ranked if distributed else [])
+
+
+def config_text(script: str, args: List[str], resume: List[str], why: str, scenarios: List[str],
+                distributed: bool) -> str:
     """The TOML settings, commented: what each is and why it was chosen."""
-    scenarios = [*ONE_MACHINE, *(["rank-epoch-skew"] if distributed else [])]
     lines = [
         "# chaosckpt's settings for this job, written by chaosckpt init: chaosckpt suite runs them,",
         "# chaosckpt run -s SCENARIO takes them too. Every key is optional; see docs/suites-ci.md.",
@@ -63,7 +72,7 @@ def _toml(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def test_text(config: str, job: List[str]) -> str:
+def test_text(config: str, job: List[str], scenarios: List[str]) -> str:
     return f'''"""Resilience of the training job, checked by chaosckpt's pytest plugin (written by chaosckpt init).
 
 Each test runs the job, injects the fault, resumes it and scores the recovery: a few runs of the job each. The
@@ -77,7 +86,7 @@ PROJECT = next(p for p in Path(__file__).resolve().parents if (p / {config!r}).i
 JOB = {job!r}
 
 
-@pytest.mark.parametrize("scenario", ["kill9-mid-save", "power-loss", "preemption"])
+@pytest.mark.parametrize("scenario", {scenarios!r})
 def test_the_job_survives(chaosckpt, scenario):
     result = chaosckpt.run(JOB, scenario=scenario, config=PROJECT / {config!r}, workdir=PROJECT)
     assert result.passed, result.headline
@@ -139,7 +148,9 @@ def command(script: Path, args: Tuple[str, ...], no_test: bool, no_ci: bool) -> 
     root = Path.cwd()
     source = script.read_text(errors="replace")
     resume, why = guess_resume(source)
-    settings = config_text(script.as_posix(), list(args), resume, why, bool(DISTRIBUTED.search(source)))
+    distributed = bool(DISTRIBUTED.search(source))
+    scenarios = fitting(distributed)
+    settings = config_text(script.as_posix(), list(args), resume, why, scenarios, distributed)
     pyproject = root / "pyproject.toml"
     written: List[Path] = []
     test_path: Optional[Path] = None
@@ -162,7 +173,7 @@ def command(script: Path, args: Tuple[str, ...], no_test: bool, no_ci: bool) -> 
         config = "chaosckpt.toml"
         written.append(root / "chaosckpt.toml")
     if test_path is not None:
-        atomic.write_text(test_path, test_text(config, [script.as_posix(), *args]))
+        atomic.write_text(test_path, test_text(config, [script.as_posix(), *args], scenarios))
         written.append(test_path)
     if not no_ci:
         (root / WORKFLOW).parent.mkdir(parents=True, exist_ok=True)
