@@ -12,9 +12,9 @@ import time
 import psutil
 import pytest
 
-from chaosckpt.conductor.runs import confinement, launcher, preemption
+from chaosckpt.conductor.runs import confinement, launcher, signalling
 from chaosckpt.conductor.runs.runlog import RunLog
-from chaosckpt.conductor.trial import preemption as judged
+from chaosckpt.conductor.trial import emergency_saves as judged
 
 SENT_TS = 1000.0
 
@@ -23,7 +23,7 @@ SENT_TS = 1000.0
                                           ("15", 15), (2, 2), ("SIGKILL", None), ("STOP", None), ("BOGUS", None),
                                           ("", None), (True, None), (999, None)])
 def test_a_signal_is_named_as_schedulers_name_it_and_never_one_no_job_can_handle(text, number):
-    assert preemption.signal_named(text) == number
+    assert signalling.signal_named(text) == number
 
 
 @pytest.mark.parametrize("setup, expected", [("", "default"),
@@ -34,11 +34,11 @@ def test_what_a_process_does_with_the_signal_is_read_from_the_kernel(setup, expe
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline() == "ready\n"
-        assert preemption.disposition(proc.pid, signal.SIGTERM) == expected
+        assert signalling.disposition(proc.pid, signal.SIGTERM) == expected
     finally:
         proc.kill()
         proc.wait()
-    assert preemption.disposition(proc.pid, signal.SIGTERM) == "gone"
+    assert signalling.disposition(proc.pid, signal.SIGTERM) == "gone"
 
 
 def test_the_launcher_is_the_job_s_first_process_not_the_confinement_around_it(held_by, tmp_path):
@@ -55,7 +55,7 @@ def test_the_launcher_is_the_job_s_first_process_not_the_confinement_around_it(h
         deadline = time.monotonic() + 20
         found = None
         while found is None and time.monotonic() < deadline:
-            found = preemption.launcher_of(job, launcher.job_processes(psutil.Process(root.pid)))
+            found = signalling.launcher_of(job, launcher.job_processes(psutil.Process(root.pid)))
             time.sleep(0.05)
         assert found is not None and found.cmdline() == ["/bin/sh", "./job.sh"] and found.pid != root.pid
     finally:

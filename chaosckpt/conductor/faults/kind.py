@@ -13,7 +13,7 @@ from chaosckpt.conductor.faults import arming
 from chaosckpt.conductor.faults.trigger import PLACEMENT_KEYS, Trigger
 from chaosckpt.conductor.nodes.cluster import Cluster
 from chaosckpt.conductor.nodes.conduct import NodeFault
-from chaosckpt.conductor.runs import preemption
+from chaosckpt.conductor.runs import signalling
 from chaosckpt.conductor.runs.runlog import RunLog, Save
 
 
@@ -103,7 +103,7 @@ class FaultKind:
         """Environment the resume run gets."""
         return {}
 
-    def preempts(self, trigger: Trigger) -> Optional[preemption.Preemption]:
+    def preempts(self, trigger: Trigger) -> Optional[signalling.Preemption]:
         """The signal and grace the job gets when the fault fires, for a kind that preempts it; else None (a kill)."""
         return None
 

@@ -24,7 +24,7 @@ import psutil
 
 import chaosckpt
 from chaosckpt import protocol
-from chaosckpt.conductor.runs import confinement, logcap, preemption
+from chaosckpt.conductor.runs import confinement, logcap, signalling
 
 POLL_S = 0.01
 HOLD_S = 30.0
@@ -58,8 +58,8 @@ class RunSpec:
     """Folders outside ``cwd`` the job may write through overlays kept in the sandbox (see ``confinement``)."""
     layers: str = ""
     """Whose private layers (``/tmp``, mapped folders) the run uses: one node's of a multi-node job, or the trial's."""
-    preempt: Optional[preemption.Preemption] = None
-    """When the fault fires, the job is signalled and given a grace period (``preemption``) before the SIGKILL."""
+    preempt: Optional[signalling.Preemption] = None
+    """When the fault fires, the job is signalled and given a grace period (``signalling``) before the SIGKILL."""
 
 
 @dataclass
@@ -77,7 +77,7 @@ class RunResult:
     confinement: Optional[str] = None
     """What held the job (``confinement.Mode``; None: a multi-node run, held by each node's machine)."""
     preempted: Optional[Dict] = None
-    """The preemption's signal and grace, as ``preemption.deliver`` saw them, when the fault was one."""
+    """The preemption's signal and grace, as ``signalling.deliver`` saw them, when the fault was one."""
 
     @property
     def events_dir(self) -> Path:
@@ -373,7 +373,7 @@ def _run(spec: RunSpec) -> RunResult:
             if protocol.fault_flags(events_dir):
                 fault_fired = True
                 if spec.preempt is not None:
-                    preempted = preemption.deliver(spec.preempt, spec.argv, events_dir, job_processes(root),
+                    preempted = signalling.deliver(spec.preempt, spec.argv, events_dir, job_processes(root),
                                                    lambda: proc.poll() is not None, started + spec.timeout_s)
                 else:
                     wait_before_kill(spec, events_dir, started, spec.hold)

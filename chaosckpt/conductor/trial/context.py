@@ -10,7 +10,7 @@ from chaosckpt.conductor.nodes import conduct
 from chaosckpt.conductor.results.result import RunRecord
 from chaosckpt.conductor.runs import confinement, diskspace, launcher, sandbox
 from chaosckpt.conductor.runs.launcher import RunResult, RunSpec
-from chaosckpt.conductor.runs.preemption import Preemption
+from chaosckpt.conductor.runs.signalling import Preemption
 from chaosckpt.conductor.scenario import Scenario
 from chaosckpt.conductor.trial.options import Stop, TrialOptions
 

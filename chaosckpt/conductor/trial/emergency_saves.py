@@ -66,7 +66,7 @@ def record(sent: Dict, log: RunLog, step: Optional[int], returncode: Optional[in
 
 
 def findings(sent: Optional[Dict], log: RunLog, returncode: Optional[int], sizes: Dict[str, Optional[int]]) -> List[Finding]:
-    """The findings about how the job met the preemption ``sent`` (``preemption.deliver``'s record); ``sizes``:
+    """The findings about how the job met the preemption ``sent`` (``runs.signalling.deliver``'s record); ``sizes``:
     the checkpoint files' sizes once the run ended (the fault record's ``files``)."""
     if sent is None:
         return []

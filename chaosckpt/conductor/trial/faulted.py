@@ -12,7 +12,7 @@ from chaosckpt.conductor.results.result import FaultRecord, Finding, Outcome
 from chaosckpt.conductor.runs import exits
 from chaosckpt.conductor.runs.launcher import RunResult
 from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog, Save
-from chaosckpt.conductor.trial import compare, preemption
+from chaosckpt.conductor.trial import compare, emergency_saves
 from chaosckpt.conductor.trial.arm import Armed
 from chaosckpt.conductor.trial.context import Context, rel
 from chaosckpt.conductor.trial.fault_files import file_states, files_after_fault
@@ -90,7 +90,7 @@ def caught(ctx: Context, armed: Armed, result: Optional[RunResult], log: RunLog,
         "files": files_after_fault(ctx, proc, armed.work),
     }
     if sent is not None:
-        fault["preemption"] = preemption.record(sent, log, step, result.returncode if result is not None else None)
+        fault["preemption"] = emergency_saves.record(sent, log, step, result.returncode if result is not None else None)
     if proc.background_error is not None:
         fault["noticed"] = proc.background_error.get("fate") == "observed"
     if not ctx.scenario.kind.needs_aftermath and armed.cut is None:  # a power loss rebuilds the files next

@@ -10,7 +10,7 @@ from chaosckpt.conductor.results.result import Trial
 from chaosckpt.conductor.runs import preflight, sandbox, signals
 from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog
 from chaosckpt.conductor.scenario import Scenario
-from chaosckpt.conductor.trial import assembly, async_saves, compare, preemption, shared
+from chaosckpt.conductor.trial import assembly, async_saves, compare, emergency_saves, shared
 from chaosckpt.conductor.trial.aftermath import aftermath
 from chaosckpt.conductor.trial.arm import Armed, arm
 from chaosckpt.conductor.trial.context import Context
@@ -76,7 +76,7 @@ class TrialRunner:
         scored = score_trial(ctx, ref_log, armed, run, resume(ctx, armed, ref_log))
         sent = run.result.preempted if run.result is not None else None
         steps.measured = scored.measured.found(*async_saves.unobserved_error(run.proc, armed.shown),
-                                               *preemption.findings(sent, run.log, run.result and run.result.returncode,
+                                               *emergency_saves.findings(sent, run.log, run.result and run.result.returncode,
                                                                     run.fault.get("files", {})))
         return met(ctx, scored)
 
