@@ -158,7 +158,7 @@ ENV_MARK = "CHAOSCKPT_MARK"
 """A token set on every process of one run, so the conductor can find strays."""
 ENV_STOP = "CHAOSCKPT_STOP"
 """JSON ``{"steps": N, "after": [...]}``: stop the job N steps after saves meeting every condition (see
-``chaosckpt.agent.horizon``), absent to let it run to its end."""
+``chaosckpt.agent.stopping``), absent to let it run to its end."""
 ENV_CONDUCTOR = "CHAOSCKPT_CONDUCTOR"
 """The pid of the chaosckpt process that started the run; the job stops itself when that process is gone. Inside
 a run's PID namespace it is ``1``, the namespace's first process, which dies with chaosckpt."""

@@ -10,7 +10,7 @@ import textwrap
 import pytest
 from conftest import run_chaosckpt
 
-from chaosckpt.agent.horizon import Horizon
+from chaosckpt.agent.stopping import Horizon
 from chaosckpt.conductor import scenario as scenarios
 from chaosckpt.conductor.errors import UsageError
 from chaosckpt.conductor.faults import placement

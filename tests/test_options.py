@@ -16,7 +16,7 @@ import pytest
 from chaosckpt.conductor import api, config, option_table
 from chaosckpt.conductor.commands import run as run_command, suite as suite_command
 from chaosckpt.conductor.results.suite_plan import PlannedTrial
-from chaosckpt.conductor.suite.runner import Suite
+from chaosckpt.conductor.suite.plan_run import Suite
 from chaosckpt.conductor.suite.worker import from_spec as worker_from_spec
 from chaosckpt.conductor.trial.options import TrialOptions, from_spec
 

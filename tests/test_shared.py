@@ -149,7 +149,7 @@ def test_a_killed_suites_shared_sandbox_is_removed_by_clean_with_the_trials_own_
 
 def test_a_suite_groups_the_kills_power_losses_and_sweeps_of_one_save_and_replays_a_sweep_with_its_flag(tmp_path):
     from chaosckpt.conductor.results.suite_plan import Plan, PlannedTrial
-    from chaosckpt.conductor.suite.runner import Suite
+    from chaosckpt.conductor.suite.plan_run import Suite
 
     trials = [PlannedTrial("kill", "kill9-mid-save", {"save": 2}), PlannedTrial("op", "power-loss", {"save": 2, "op": 3}),
               PlannedTrial("sweep", "power-loss", {"save": 2}, sweep=True), PlannedTrial("full", "enospc", {"save": 2}),

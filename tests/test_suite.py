@@ -245,7 +245,7 @@ def test_a_run_says_starting_until_its_first_step_and_a_halted_run_stops_at_its_
 def test_off_a_terminal_each_verdict_is_one_line_on_stdout_and_the_summary_does_not_repeat_it(tmp_path, capsys):
     from chaosckpt.conductor.commands import suite as suite_command
     from chaosckpt.conductor.results.suite_plan import PlannedTrial
-    from chaosckpt.conductor.suite.runner import Finished
+    from chaosckpt.conductor.suite.plan_run import Finished
 
     trial = {"status": "failed", "headline": "FAILED kill9-mid-save: resume crashed",
              "findings": [{"kind": "torn-checkpoint", "message": "ckpt.pt is torn"}]}

@@ -19,7 +19,7 @@ from chaosckpt.agent.bursts import MEMORY, Bursts, Checkpoint
 from chaosckpt.agent.channel import EventWriter
 from chaosckpt.agent.consumed import Consumed
 from chaosckpt.agent.faults import ArmedFault
-from chaosckpt.agent.horizon import Horizon
+from chaosckpt.agent.stopping import Horizon
 from chaosckpt.agent.modes import Modes
 from chaosckpt.agent.streams import Streams
 from chaosckpt.agent.threads import Handoff

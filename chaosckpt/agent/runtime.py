@@ -90,7 +90,7 @@ def _install() -> None:
 
     from chaosckpt.agent import faults, fileops, interpose, moves, patches, threads, writers
     from chaosckpt.agent.channel import EventWriter
-    from chaosckpt.agent.horizon import Horizon
+    from chaosckpt.agent.stopping import Horizon
     from chaosckpt.agent.recorder import Recorder
 
     spec = os.environ.get(protocol.ENV_FAULT)

@@ -23,7 +23,7 @@ from chaosckpt.conductor.results.suite_plan import Plan, PlannedTrial, load_plan
 from chaosckpt.conductor.results.result import document
 from chaosckpt.conductor.runs import cache, invocation, leftovers, locks, logcap
 from chaosckpt.conductor.suite import estimate, executors, keywords
-from chaosckpt.conductor.suite.runner import (Finished, Suite, completed_saves, prepare_reference, random_points,
+from chaosckpt.conductor.suite.plan_run import (Finished, Suite, completed_saves, prepare_reference, random_points,
                                               trigger_keys)
 
 

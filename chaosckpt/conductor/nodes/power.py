@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import List, Optional
 
-from chaosckpt.conductor.nodes.verdict import process_nodes
+from chaosckpt.conductor.nodes.node_names import process_nodes
 from chaosckpt.conductor.runs.runlog import RunLog
 
 

@@ -2,7 +2,7 @@
 fault needs, the resume ``horizon`` steps past where it started. ``None`` (``--horizon end``) runs every
 run to the job's end, as the job itself would.
 
-A stop spec is what the agent reads from ``CHAOSCKPT_STOP`` (see ``chaosckpt.agent.horizon``); a run that
+A stop spec is what the agent reads from ``CHAOSCKPT_STOP`` (see ``chaosckpt.agent.stopping``); a run that
 reaches it is killed like a halted fault and is not a crash.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Iterable, List, Optional
 
-from chaosckpt.agent.horizon import met
+from chaosckpt.agent.stopping import met
 from chaosckpt.conductor.errors import UsageError, shown
 from chaosckpt.conductor.faults.trigger import Trigger, duration_s
 from chaosckpt.conductor.runs.runlog import RunLog

@@ -8,7 +8,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import List, Optional
 
-from chaosckpt.conductor.nodes.verdict import name_nodes
+from chaosckpt.conductor.nodes.node_names import name_nodes
 from chaosckpt.conductor.results.result import RunRecord, Trial
 from chaosckpt.conductor.scenario import Scenario
 from chaosckpt.conductor.trial import render, verdict
