@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+REPO = Path(__file__).resolve().parent.parent
 
 from chaosckpt.conductor.results import history
 from chaosckpt.conductor.runs import cache, locks
@@ -183,3 +186,66 @@ def test_without_a_report_from_the_job_every_file_counts(tmp_path):
     cache.write_inputs(run, tmp_path / "box", work, [], ["bash", "train.sh"])
     (work / "data.bin").write_bytes(b"other rows")
     assert cache.inputs_changed(run, work, [], ["bash", "train.sh"]) == "data.bin changed"
+
+
+ENV_JOB = """\
+import os, sys, tempfile
+from chaosckpt.agent import inputs
+inputs.start()
+lr = os.environ.get("MYJOB_LR", "0.1")
+debug = "MYJOB_DEBUG" in os.environ
+seed = os.getenv("MYJOB_SEED")
+tempfile.gettempdir()  # the standard library reads TMPDIR: a library's setting, not the job's
+if sys.argv[1:] == ["walk"]:
+    settings = {k: v for k, v in os.environ.items() if k.startswith("MYJOB_")}
+"""
+
+
+@pytest.mark.parametrize("walk", [False, True])
+def test_the_agent_reports_the_environment_variables_the_jobs_own_code_reads(tmp_path, walk):
+    (tmp_path / "job.py").write_text(ENV_JOB)
+    run_dir = tmp_path / "events"
+    run_dir.mkdir()
+    env = {**os.environ, "CHAOSCKPT_INPUTS": "1", "CHAOSCKPT_RUN_DIR": str(run_dir), "PYTHONPATH": str(REPO)}
+    subprocess.run([sys.executable, "job.py", *(["walk"] if walk else [])], cwd=tmp_path, env=env, check=True)
+    (report,) = run_dir.glob("inputs.*.json")
+    said = json.loads(report.read_text())["env"]
+    assert said == (None if walk else ["MYJOB_DEBUG", "MYJOB_LR", "MYJOB_SEED"])
+
+
+def _stored(tmp_path, env, command=("python", "train.py")):
+    work, run, box = tmp_path / "work", tmp_path / "run", tmp_path / "box"
+    for folder in (work, run / "events", box):
+        folder.mkdir(parents=True)
+    (work / "train.py").write_text("print('train')\n")
+    (run / "events" / "inputs.7.json").write_text(json.dumps({"cwd": str(box), "files": [], "env": env}))
+    cache.write_inputs(run, box, work, [], list(command))
+    return run, work
+
+
+def test_a_stored_reference_depends_on_the_environment_variables_its_job_read_and_keeps_no_value(tmp_path, monkeypatch):
+    monkeypatch.setenv("MYJOB_LR", "0.1")
+    monkeypatch.setenv("SECRET_TOKEN", "hunter2")
+    run, work = _stored(tmp_path, ["MYJOB_LR", "MYJOB_UNSET"])
+    assert "0.1" not in (run / cache.INPUTS).read_text()
+    monkeypatch.setenv("SECRET_TOKEN", "changed, never read by the job")
+    assert cache.inputs_changed(run, work, [], ["python", "train.py"]) is None
+    monkeypatch.setenv("MYJOB_LR", "0.2")
+    assert cache.inputs_changed(run, work, [], ["python", "train.py"]) == "the environment variable MYJOB_LR changed"
+    monkeypatch.setenv("MYJOB_LR", "0.1")
+    monkeypatch.setenv("MYJOB_UNSET", "now set")
+    assert cache.inputs_changed(run, work, [], ["python", "train.py"]) == "the environment variable MYJOB_UNSET changed"
+
+
+@pytest.mark.parametrize("env, command", [(None, ("python", "train.py")), (["MYJOB_LR"], ("bash", "train.sh"))],
+                         ids=["the job walked the environment", "a shell script started it"])
+def test_a_stored_reference_depends_on_the_whole_environment_when_the_agent_cannot_say_what_was_read(
+        tmp_path, monkeypatch, env, command):
+    run, work = _stored(tmp_path, env, command)
+    monkeypatch.setenv("SHLVL", "9")
+    assert cache.inputs_changed(run, work, [], list(command)) is None, "a shell's own variables are left out"
+    monkeypatch.setenv("OTHER_SETTING", "x")
+    assert cache.inputs_changed(run, work, [], list(command)) == "the environment variable OTHER_SETTING is new"
+    monkeypatch.delenv("OTHER_SETTING")
+    monkeypatch.setenv("HOME", "/elsewhere")
+    assert cache.inputs_changed(run, work, [], list(command)) == "the environment variable HOME changed"

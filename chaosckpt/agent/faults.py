@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import List, Optional
 
 from chaosckpt import protocol
-from chaosckpt.agent import watchdog
+from chaosckpt.agent import inputs, watchdog
 
 HALT_SECONDS = 600.0
 """How long a halted job waits for the conductor's SIGKILL before exiting by itself (sooner if the conductor dies)."""
@@ -97,6 +97,7 @@ def disk_full_error() -> OSError:
 
 def halt(writer, event: str = "fault", flag: str = protocol.FAULT_FLAG_PREFIX, **fields: object) -> None:
     """Record the fault (or the horizon's ``stop``), raise its flag and hold the process still until it is killed."""
+    inputs.report()
     writer.emit(event, **fields)
     writer.raise_flag(flag)
     deadline = time.monotonic() + HALT_SECONDS

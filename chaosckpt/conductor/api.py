@@ -72,21 +72,8 @@ def run(job: Command, scenario: str = faults.DEFAULT_SCENARIO, *, params: Option
     are the options of ``chaosckpt run`` (listed below).
     """
     scen, spec = prepare(job, scenario, params=params, config=config, **keywords)
-    workdir, root = Path(spec["workdir"]), Path(spec["exclude"][0])
-    results = invocation.results_dir(root, scen.name)
-    reference = None
-    if reuse_reference:
-        parts = cache.key_parts(spec["command"], spec["resume_command"], spec["maps"], spec["exclude"][1:])
-        reference = results / "cached-reference"
-        stop = horizons.trial_stop(spec["horizon"], scen.trigger)
-        cache.reference_into(reference, cache.key(parts), parts, spec["command"], workdir, spec["timeout_s"],
-                             [Path(p) for p in spec["exclude"]], stop=stop, maps=spec["maps"])
-    opts = from_spec({**spec, "results_dir": str(results), "reference": reference and str(reference)})
-    try:
-        trial = run_trial(scen, opts)
-    finally:
-        if reference is not None:
-            shutil.rmtree(reference, ignore_errors=True)
+    results = invocation.results_dir(Path(spec["exclude"][0]), scen.name)
+    trial = run_trial(scen, from_spec({**spec, "results_dir": str(results), "cache_reference": reuse_reference}))
     atomic.write_text(results / "result.json", json.dumps(document([trial]), indent=2) + "\n")
     return trial
 

@@ -43,8 +43,10 @@ def _refuse_unfit(scen: scenarios.Scenario, conf: configs.SuiteConfig, workdir: 
 @option_table.click_options("run")
 @click.option("--config", "config_path", type=click.Path(path_type=Path), metavar="FILE",
               help="chaosckpt.toml or pyproject.toml to read (default: the nearest one from here up), as suite does.")
+@click.option("--fresh-reference", is_flag=True,
+              help="Run the uninterrupted run again even when the project's cached one matches the job.")
 @click.option("--json", "as_json", is_flag=True, help="Print only the result document, as JSON, on stdout.")
-def command(args, scenario_name, params, config_path, as_json, **given):
+def command(args, scenario_name, params, config_path, fresh_reference, as_json, **given):
     """Run a training job, inject a fault, resume it, and score the recovery.
 
     \b
@@ -72,6 +74,7 @@ def command(args, scenario_name, params, config_path, as_json, **given):
     from chaosckpt.conductor.trial import Interrupted, render, run_trial  # imports torch: only a trial needs it
 
     scen, opts = prepare(args, scenario_name, params, config_path, as_json, given)
+    opts.cache_reference, opts.fresh_reference = True, fresh_reference
     results = opts.results_dir
     if not as_json:
         click.echo(f"chaosckpt: {scen.name} on {shlex.join(opts.command)} (results in {os.path.relpath(results)})",
@@ -91,6 +94,9 @@ def command(args, scenario_name, params, config_path, as_json, **given):
     if as_json:
         click.echo(json.dumps(doc))
     else:
+        if trial.runs and trial.runs[0].cached:
+            click.echo("chaosckpt: the uninterrupted run came from the project's cache (.chaosckpt/references), "
+                       "unchanged since it ran; --fresh-reference runs it again", err=True)
         for line in render.text(trial):
             click.echo(printable(line))
     sys.exit(int(exit_code([trial.status])))

@@ -22,7 +22,7 @@ import shutil
 import stat
 import sys
 import tempfile
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence
@@ -113,30 +113,66 @@ def _sources(workdir: Path, exclude: Iterable[Path], command: Iterable[str]) -> 
     return [rel for rel in _tree(workdir, exclude) if rel.endswith(SOURCES) or rel in named]
 
 
-def _read_by_job(events: Path, box: Path) -> Optional[List[str]]:
-    """The files (relative to the sandbox) the reference's processes reported reading; None when a process
-    could not say (too many, or no report: a job the agent does not reach)."""
-    reports = sorted(events.glob(f"{protocol.INPUTS_PREFIX}*.json"))
-    if not reports:
-        return None
-    files: set = set()
-    for path in reports:
+def _reports(events: Path, box: Path) -> Optional[List[Dict]]:
+    """What each of the reference's processes reported reading, or None when one could not say (no report: a
+    job the agent does not reach, or a process whose working directory was not the sandbox)."""
+    reports = []
+    for path in sorted(events.glob(f"{protocol.INPUTS_PREFIX}*.json")):
         try:
             report = json.loads(path.read_text())
         except (OSError, ValueError):
             return None
-        if report.get("files") is None or Path(report.get("cwd", "")).resolve() != box.resolve():
+        if not isinstance(report, dict) or Path(str(report.get("cwd", ""))).resolve() != box.resolve():
             return None
-        files.update(report["files"])
-    return sorted(files)
+        reports.append(report)
+    return reports or None
+
+
+def _read_by_job(reports: Optional[List[Dict]]) -> Optional[List[str]]:
+    """The files (relative to the sandbox) the reference's processes read; None when one read too many to say."""
+    if reports is None or any(not isinstance(r.get("files"), list) for r in reports):
+        return None
+    return sorted({str(f) for r in reports for f in r["files"]})
+
+
+VOLATILE_ENV = ("PWD", "OLDPWD", "SHLVL", "_", "TERM", "COLUMNS", "LINES", "SHELL")
+"""Variables a shell changes on its own: left out when a job's code walks the whole environment."""
+
+
+def _env_read(reports: Optional[List[Dict]], command: Sequence[str]) -> Optional[List[str]]:
+    """The environment variables the job's own code read; None, for all of them but ``VOLATILE_ENV``, when it
+    walked the environment, when its processes could not say, or when a program the agent does not reach (a
+    shell script) started it."""
+    first = os.path.basename(command[0]) if command else ""
+    if not reports or not (first.startswith("python") or first == "torchrun" or first.endswith(".py")):
+        return None
+    names: set = set()
+    for report in reports:
+        if not isinstance(report.get("env"), list):
+            return None
+        names.update(str(n) for n in report["env"])
+    return sorted(names)
+
+
+def _whole_env() -> List[str]:
+    return sorted(n for n in os.environ if n not in VOLATILE_ENV)
+
+
+def _env_digest(name: str) -> Optional[str]:
+    """A digest of the variable's value, or None when it is unset; values are never stored (they can be secrets)."""
+    value = os.environ.get(name)
+    return None if value is None else hashlib.sha256(f"{name}={value}".encode()).hexdigest()[:16]
 
 
 def write_inputs(dest: Path, box: Path, workdir: Path, exclude: Iterable[Path], command: Iterable[str]) -> None:
     """``dest/inputs.json``: what the reference depended on, as the user's working directory has it now."""
-    read = _read_by_job(dest / "events", box)
+    reports = _reports(dest / "events", box)
+    read = _read_by_job(reports)
     sources = _sources(workdir, exclude, command)
     files = _tree(workdir, exclude) if read is None else sorted({*read, *sources})
-    doc = {"sources": sources, "files": {rel: _file_id(workdir / rel) for rel in files}}
+    names = _env_read(reports, list(command))
+    doc = {"sources": sources, "files": {rel: _file_id(workdir / rel) for rel in files}, "env_all": names is None,
+           "env": {name: _env_digest(name) for name in (_whole_env() if names is None else names)}}
     atomic.write_text(dest / INPUTS, json.dumps(doc, indent=1, sort_keys=True) + "\n")
 
 
@@ -149,6 +185,12 @@ def inputs_changed(folder: Path, workdir: Path, exclude: Iterable[Path], command
     for rel, ident in sorted(doc["files"].items()):
         if _file_id(workdir / rel) != ident:
             return f"{rel} changed"
+    for name, digest in sorted(doc.get("env", {}).items()):
+        if _env_digest(name) != digest:
+            return f"the environment variable {name} changed"
+    appeared = sorted(set(_whole_env()) - set(doc.get("env", {}))) if doc.get("env_all", True) else []
+    if appeared:
+        return f"the environment variable {appeared[0]} is new"
     new = sorted(set(_sources(workdir, exclude, command)) - set(doc["sources"]))
     return f"{new[0]} is new" if new else None
 
@@ -258,9 +300,21 @@ def run_reference(command: List[str], workdir: Path, dest: Path, timeout_s: floa
         stop=stop,
         confinement=result.confinement,
     )
-    atomic.write_text(dest / RUN_FILE, json.dumps(asdict(record), indent=2) + "\n")
-    write_manifest(dest)
+    write_entry(dest, record)
     return record
+
+
+def keepable(record: RunRecord) -> bool:
+    """Whether a reference run may serve later trials: it ended well (status 0, or stopped at its horizon), on time,
+    leaving no process behind; a flaky failure is never replayed from the cache."""
+    return (record.returncode == 0 or bool(record.stopped)) and not record.timed_out and not record.survivors
+
+
+def write_entry(dest: Path, record: RunRecord) -> None:
+    """``run.json`` (with paths relative to ``dest``) and the manifest, written last: ``dest`` is then whole."""
+    rel = replace(record, stdout="stdout.log", stderr="stderr.log", events="events")
+    atomic.write_text(dest / RUN_FILE, json.dumps(asdict(rel), indent=2) + "\n")
+    write_manifest(dest)
 
 
 def restore(source: Path, dest: Path) -> RunRecord:
@@ -345,7 +399,7 @@ def reference_into(dest: Path, key_: str, parts: Dict[str, object], command: Lis
             restore(entry, dest)
             return True
         record = run_reference(command, workdir, dest, timeout_s, exclude, stop, maps)
-        if (record.returncode == 0 or record.stopped) and not record.timed_out and not record.survivors:
+        if keepable(record):
             store.discard(key_)
             store.store(key_, dest, parts)
         return False

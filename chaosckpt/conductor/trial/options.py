@@ -26,6 +26,11 @@ class TrialOptions:
     keep_sandbox: bool = False
     reference: Optional[Path] = None
     """A finished reference run (``cache.run_reference``'s folder) to reuse instead of running one."""
+    cache_reference: bool = False
+    """Without ``reference``: take the project's cached reference run when one matches the job (``cache``), else
+    keep this trial's there for the next."""
+    fresh_reference: bool = False
+    """With ``cache_reference``: run the reference even when a cached one matches, replacing it."""
     exclude: List[Path] = field(default_factory=list)
     """More paths under ``workdir`` to leave out of the sandboxes, such as the whole results folder."""
     sweep: bool = False

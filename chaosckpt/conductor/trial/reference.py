@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import NamedTuple, Tuple
 
+from chaosckpt import protocol
 from chaosckpt.conductor.disk import cross_device
 from chaosckpt.conductor.results.result import Finding, RunRecord
-from chaosckpt.conductor.runs import cache, confinement, diskspace, exits, horizon, preflight
+from chaosckpt.conductor.runs import cache, confinement, diskspace, exits, horizon, locks, preflight
 from chaosckpt.conductor.runs.runlog import RunLog
 from chaosckpt.conductor.trial import async_saves, compare
 from chaosckpt.conductor.trial.context import Context
@@ -27,17 +28,7 @@ def reference(ctx: Context) -> Reference:
     """The reference run, with the finding on how it exited; a run that cannot serve as a reference ends the
     trial (``usable`` tells the rest once its finding is kept)."""
     opts = ctx.opts
-    if opts.reference is None:
-        ctx.launch("reference", opts.command, ctx.sandbox("reference"), stop=run_stop(ctx))
-        record = ctx.runs[-1]
-    else:
-        record = cache.restore(opts.reference, opts.results_dir / "reference")
-        ctx.runs.append(record)
-        confinement.refuse_outside(record.returncode, Path(record.stderr), [opts.reference.parent])
-        if record.timed_out:
-            raise Stop("timeout", f"the reference run did not finish within its time limit (see {record.stderr})")
-        if record.survivors:
-            raise Stop("survivors", f"after SIGKILL of the reference run, {record.survivors} of its processes were still alive")
+    record = _ran(ctx) if opts.reference is None else _restored(ctx, opts.reference)
     stderr = Path(record.stderr)
     log = RunLog.read(Path(record.events))
     if not log.agent_loaded:
@@ -57,6 +48,49 @@ def reference(ctx: Context) -> Reference:
             f"{compare.crash_line(log, stderr) or 'no error output'} (see {stderr})",
         )
     return Reference(record, log, () if at_exit is None else (at_exit,))
+
+
+def _ran(ctx: Context) -> RunRecord:
+    """The reference run in a sandbox of its own; with ``cache_reference`` (one machine), the project's cached
+    one when it matches the job and goes as far as this trial needs, else this one, kept for the next trial."""
+    opts, stop = ctx.opts, run_stop(ctx)
+    if not opts.cache_reference or opts.cluster is not None:
+        ctx.launch("reference", opts.command, ctx.sandbox("reference"), stop=stop)
+        return ctx.runs[-1]
+    parts = cache.key_parts(opts.command, opts.resume_command, [str(m) for m in opts.maps],
+                            [str(e) for e in opts.exclude[1:]])
+    key = cache.key(parts)
+    store = cache.ReferenceCache.of_project(opts.workdir)
+    lock = store.lock(key)
+    try:
+        entry = None if opts.fresh_reference else store.lookup(key, opts.workdir, opts.exclude, opts.command)
+        if entry is not None and cache.reaches(entry, stop):
+            return _restored(ctx, entry)
+        box = ctx.sandbox("reference")
+        ctx.launch("reference", opts.command, box, stop=stop, env={protocol.ENV_INPUTS: "1"})
+        record = ctx.runs[-1]
+        if cache.keepable(record):
+            dest = opts.results_dir / "reference"
+            cache.write_inputs(dest, box, opts.workdir, [*opts.exclude, dest], opts.command)
+            cache.write_entry(dest, record)
+            store.discard(key)
+            store.store(key, dest, parts)
+        return record
+    finally:
+        locks.release(lock)
+
+
+def _restored(ctx: Context, source: Path) -> RunRecord:
+    """A finished reference run copied from ``source`` (a cache entry, a suite's), refused when it could not
+    serve: it wrote outside its sandbox, timed out, or left processes behind."""
+    record = cache.restore(source, ctx.opts.results_dir / "reference")
+    ctx.runs.append(record)
+    confinement.refuse_outside(record.returncode, Path(record.stderr), [source.parent])
+    if record.timed_out:
+        raise Stop("timeout", f"the reference run did not finish within its time limit (see {record.stderr})")
+    if record.survivors:
+        raise Stop("survivors", f"after SIGKILL of the reference run, {record.survivors} of its processes were still alive")
+    return record
 
 
 def usable(ctx: Context, ref: Reference) -> None:
