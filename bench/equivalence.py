@@ -6,8 +6,8 @@
 
 The four ways, in one scratch project per row:
 
-- ``alone``: ``chaosckpt run`` with a fresh reference run;
-- ``cached``: ``chaosckpt run`` again, which reuses the reference the first one cached (a second run, too);
+- ``alone``: ``chaosckpt run --fresh-reference``, its reference run anew (and cached);
+- ``cached``: ``chaosckpt run`` again, which takes the reference the first one cached;
 - ``suite``: ``chaosckpt suite`` of the trial beside a twin of it, which share one faulted run when the trial's
   fault can be rebuilt from a shared run (a kill or power loss in a numbered save of a one-process job);
 - ``no-share``: the same suite with ``--no-share``, each trial with its own faulted run.
@@ -99,7 +99,8 @@ def run_ways(job: Job, scenario: str, sweep: bool, scratch: Path,
     run += ["--nproc", str(job.nproc)] if job.nproc > 1 else []
     run += ["--sweep"] if sweep else []
     run += ["--", *job.args]
-    got = {way: chaosckpt(run, folder) for way in ("alone", "cached") if way in ways}
+    fresh = {"alone": ["--fresh-reference"], "cached": []}
+    got = {way: chaosckpt([*run[:2], *fresh[way], *run[2:]], folder) for way in ("alone", "cached") if way in ways}
     (folder / "chaosckpt.toml").write_text(config(job, scenario, sweep))
     suite = ["suite", "--out", str(scratch / "results")]
     if "suite" in ways:

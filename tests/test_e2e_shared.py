@@ -134,13 +134,12 @@ def test_power_losses_and_a_sweep_in_one_save_share_one_faulted_run_and_get_the_
 
 def test_a_verdict_table_row_gives_one_verdict_alone_cached_in_a_shared_suite_and_in_one_of_its_own(tmp_path):
     """The scheduler job's kill (its LR schedule not saved: the resume diverges two steps after the checkpoint it
-    took) run the ways of bench/equivalence.py: alone (``chaosckpt run``, its own fresh reference), in a shared suite
-    (which runs the reference and caches it) and in a suite of its own (``--no-share``, whose reference is that
-    cached one). The bench's fourth way, "cached", is a second ``chaosckpt run``, which reads no cache and runs its
-    reference again: the same trial as alone, 3 runs of the job, left to the bench. Its sweep, each state judged as
-    this resume is, is a row of the verdict table."""
+    took) run the four ways of bench/equivalence.py: alone (``chaosckpt run --fresh-reference``), cached (``chaosckpt
+    run`` again, its reference from the cache the first one filled), in a shared suite (whose configuration, a new
+    source of the job, makes it run its reference anew and cache it) and in a suite of its own (``--no-share``, whose
+    reference is that cached one). Its sweep, each state judged as this resume is, is a row of the verdict table."""
     job = table.JOBS["scheduler_job"]
-    got = equivalence.run_ways(job, "kill9-mid-save", False, tmp_path, ways=("alone", "suite", "no-share"))
+    got = equivalence.run_ways(job, "kill9-mid-save", False, tmp_path)
 
     expected = next(f"{verdict}: {cause}" for key, scenario, verdict, cause, _ in table.ROWS
                     if key == "scheduler_job" and scenario == "kill9-mid-save")
@@ -148,7 +147,9 @@ def test_a_verdict_table_row_gives_one_verdict_alone_cached_in_a_shared_suite_an
     assert got["alone"]["first_divergent_step"] == got["suite"]["first_divergent_step"] == 11
     assert got["suite"]["fault"].get("shared")
     assert "shared" not in got["no-share"]["fault"]
-    assert set(got) == {"alone", "suite", "no-share"}
+    assert set(got) == {"alone", "cached", "suite", "no-share"}
+    assert [r.get("cached", False) for r in got["cached"]["runs"]][:1] == [True]
+    assert [r.get("cached", False) for r in got["alone"]["runs"]][:1] == [False]
     shared, own = sorted((tmp_path / "results").glob("*-suite*"))  # the suite of its own took the cached reference
     assert json.loads((own / "reference" / "run.json").read_text()) == json.loads(
         (shared / "reference" / "run.json").read_text())

@@ -217,8 +217,8 @@ def key_parts(command: List[str], resume_command: List[str], maps: Sequence[str]
     next to each entry, to explain it); the sandbox's ``--map`` and ``--exclude`` paths change what it sees."""
     env = {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES) or k == "PATH"}
     return {
-        "command": list(command),
-        "resume_command": list(resume_command),
+        "command": _program_resolved(command),
+        "resume_command": _program_resolved(resume_command),
         "env": env,
         "python": sys.version,
         "torch": _torch_version(),
@@ -227,6 +227,15 @@ def key_parts(command: List[str], resume_command: List[str], maps: Sequence[str]
         "maps": [str(m) for m in maps],
         "exclude": [str(e) for e in exclude],
     }
+
+
+def _program_resolved(command: List[str]) -> List[str]:
+    """The command with its program's links resolved: ``python`` and ``python3`` (``python -m chaosckpt`` and the
+    ``chaosckpt`` script) name one interpreter, and one reference serves both."""
+    first = command[:1]
+    if first and os.path.isabs(first[0]) and os.path.isfile(first[0]):
+        first = [os.path.realpath(first[0])]
+    return [*first, *command[1:]]
 
 
 def key(parts: Dict[str, object]) -> str:

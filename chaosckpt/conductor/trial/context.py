@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
+import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
@@ -46,6 +49,7 @@ class Context:
                cut: Optional[conduct.NodeFault] = None, preempt: Optional[Preemption] = None) -> RunResult:
         """Run one process tree of the trial, to its end or its horizon ``stop``, and record it; a timeout or
         a survivor of the kill ends the trial."""
+        _import_torch_meanwhile()
         progress = self.opts.progress
         watch = None if progress is None else lambda events, elapsed: progress(name, events, elapsed, stop, fault)
         spec = RunSpec(name, argv, cwd, self.opts.results_dir / name, self.opts.timeout_s, fault, env or {}, hold,
@@ -85,6 +89,16 @@ class Context:
         if result.survivors:
             raise Stop("survivors", f"after SIGKILL of the {name} run, pids {result.survivors} were still alive")
         return result
+
+
+_IMPORTER = "chaosckpt-import-torch"
+
+
+def _import_torch_meanwhile() -> None:
+    """Import torch on a thread once the job's first run has started, while chaosckpt only waits for it: reading
+    the checkpoints after the fault needs torch, and its import (1 to 5 s) would otherwise follow the faulted run."""
+    if "torch" not in sys.modules and not any(t.name == _IMPORTER for t in threading.enumerate()):
+        threading.Thread(target=importlib.import_module, args=("torch",), name=_IMPORTER, daemon=True).start()
 
 
 def rel(path: Optional[str], work: Path) -> Optional[str]:

@@ -4,9 +4,6 @@ end (``assembly``); the sandboxes go whatever happens."""
 
 from __future__ import annotations
 
-import importlib
-import sys
-import threading
 from typing import Optional
 
 from chaosckpt.conductor.results.result import Trial
@@ -58,7 +55,6 @@ class TrialRunner:
     def _run(self) -> bool:
         """The steps; whether what they measured met the scenario's expectation."""
         ctx, steps = self.ctx, self.steps
-        _import_torch_meanwhile()
         steps.reference = reference(ctx)
         usable(ctx, steps.reference)
         full = preflight.disk_fits(self.opts.results_dir, self.opts.workdir, self.opts.exclude, steps.reference.log)
@@ -97,14 +93,6 @@ class TrialRunner:
         for swept in sweep_save(self.ctx, ref, armed, run):
             self.steps.measured = swept.measured
         return bool(swept and swept.met)
-
-
-def _import_torch_meanwhile() -> None:
-    """Import torch on a thread while the job's runs go on: reading the checkpoints after the fault needs it, and
-    its import (1 to 5 s) would otherwise wait for the faulted run to end."""
-    if "torch" not in sys.modules:
-        threading.Thread(target=importlib.import_module, args=("torch",), name="chaosckpt-import-torch",
-                         daemon=True).start()
 
 
 def run_trial(scenario: Scenario, options: TrialOptions) -> Trial:

@@ -1,0 +1,167 @@
+"""The documentation's examples are run, so that they cannot drift from the tool (issue 33): every ``chaosckpt``
+command line of the README and ``docs/`` is parsed by the command it names (options, scenario, ``-p`` keys), every
+configuration block is read as chaosckpt reads a configuration, the Python API's examples call it with keywords it
+takes, and the outputs the getting-started page shows are what the commands print, volatile parts normalised."""
+
+from __future__ import annotations
+
+import ast
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Iterator, List, Tuple
+
+import click
+import pytest
+
+from chaosckpt.conductor import cli, config, scenario as scenarios
+from chaosckpt.conductor.params import parse_param
+
+REPO = Path(__file__).resolve().parent.parent
+PAGES = sorted([REPO / "README.md", *(REPO / "docs").rglob("*.md")])
+BLOCK = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
+PLACEHOLDER = re.compile(r"[A-Z][A-Z_]*(\.\w+)?$|<[^>]+>|\.\.\.")
+"""A word of a command standing for the reader's own value (``RESULTS``, ``<folder>``, ``...``)."""
+
+
+def _blocks(page: Path, *languages: str) -> Iterator[str]:
+    for lang, body in BLOCK.findall(page.read_text()):
+        if lang in languages:
+            yield body
+
+
+def _command_lines() -> Iterator[Tuple[str, str]]:
+    """(where, line) of each ``chaosckpt`` invocation in a shell or plain block: ``$ `` prompts, a leading
+    ``VAR=value``, comments and a shell's ``&&``, ``;`` and ``|`` taken apart."""
+    for page in PAGES:
+        for body in _blocks(page, "", "bash", "sh", "console", "yaml"):
+            for number, raw in enumerate(body.replace("\\\n", " ").splitlines(), 1):
+                line = raw.strip().removeprefix("$ ").removeprefix("- run: ").removeprefix("run: ")
+                for part in re.split(r"&&|;|\|\|?", line):
+                    words = part.split("#", 1)[0].split()
+                    while words and re.fullmatch(r"[A-Z_]+=\S*", words[0]):
+                        words.pop(0)
+                    if words[:1] == ["chaosckpt"] and len(words) > 1:
+                        yield f"{page.relative_to(REPO)}: {raw.strip()}", " ".join(words)
+
+
+COMMANDS = sorted(set(_command_lines()))
+
+
+def _parse(line: str) -> click.Context:
+    """The context of the subcommand a line names, parsed; click raises on an unknown option or a bad value."""
+    name, *args = shlex.split(line)[1:]
+    parent = cli.cli.make_context("chaosckpt", [name])
+    command = cli.cli.get_command(parent, name)
+    assert command is not None, f"chaosckpt has no command {name}"
+    return command.make_context(name, args, parent=parent)
+
+
+def test_a_command_line_with_a_wrong_option_or_parameter_is_refused():
+    with pytest.raises(click.UsageError):
+        _parse("chaosckpt run train.py --results out -s kill9-mid-save")
+    ctx = _parse("chaosckpt run train.py -s kill9-mid-save -p sav=3")
+    with pytest.raises(Exception, match="sav"):
+        scenarios.load(ctx.params["scenario_name"], dict(parse_param(p) for p in ctx.params["params"]))
+
+
+def test_the_docs_show_commands_to_check():
+    assert len(COMMANDS) > 60, f"only {len(COMMANDS)} chaosckpt command lines found in the docs"
+
+
+@pytest.mark.parametrize("where, line", COMMANDS, ids=[w for w, _ in COMMANDS])
+def test_every_command_line_of_the_docs_is_one_chaosckpt_takes(where, line):
+    if any(PLACEHOLDER.fullmatch(word) for word in shlex.split(line)[1:2]):
+        pytest.skip("a placeholder, not a command")
+    ctx = _parse(line)
+    scenario = ctx.params.get("scenario_name")
+    params = dict(parse_param(p) for p in ctx.params.get("params") or ())
+    if scenario and not scenario.endswith(".toml"):
+        scenarios.load(scenario, params)
+
+
+def _tomls() -> List[Tuple[str, str]]:
+    found = []
+    for page in PAGES:
+        for number, body in enumerate(_blocks(page, "toml"), 1):
+            found.append((f"{page.relative_to(REPO)} #{number}", body))
+    return found
+
+
+@pytest.mark.parametrize("where, text", _tomls(), ids=[w for w, _ in _tomls()])
+def test_every_configuration_the_docs_show_is_read_as_written(tmp_path, where, text):
+    name = "pyproject.toml" if "[tool.chaosckpt" in text else "chaosckpt.toml"
+    (tmp_path / name).write_text(text)
+    (tmp_path / "train.py").write_text("print('a job')\n")
+    conf = config.load_file(tmp_path / name)
+    assert conf.source is not None
+
+
+def _api_calls() -> List[Tuple[str, ast.Call]]:
+    calls = []
+    for body in _blocks(REPO / "docs" / "python-api.md", "python"):
+        tree = ast.parse(body)
+        calls += [(ast.unparse(node)[:60], node) for node in ast.walk(tree) if isinstance(node, ast.Call)
+                  and ast.unparse(node.func) == "chaosckpt.run"]
+    return calls
+
+
+def test_the_python_api_examples_call_it_with_keywords_it_takes():
+    import chaosckpt
+    from chaosckpt.conductor.api import RunKeywords
+
+    calls = _api_calls()
+    assert calls, "the Python API page shows chaosckpt.run"
+    import inspect
+
+    known = set(inspect.signature(chaosckpt.run).parameters) | set(RunKeywords.__annotations__)
+    for text, call in calls:
+        unknown = [k.arg for k in call.keywords if k.arg not in known]
+        assert not unknown, f"{text}...: chaosckpt.run takes no {unknown}"
+    table = re.findall(r"^\| `(\w+)` \|", (REPO / "docs" / "python-api.md").read_text(), re.M)
+    assert set(table) <= known | {"job"}, f"the page lists arguments chaosckpt.run lacks: {set(table) - known}"
+
+
+# The outputs the getting-started page shows, run as shown: the stdout lines and the exit status must match;
+# the stderr lines in the block are checked by shape, since they name this machine's interpreter, folders and
+# confinement.
+VOLATILE = [
+    (re.compile(r"\d{8}-\d{6}"), "TIMESTAMP"),
+    (re.compile(r"on \S+ examples/"), "on PYTHON examples/"),
+    (re.compile(r"sandbox of .*$"), "sandbox of ..."),
+]
+
+
+def _normal(line: str) -> str:
+    for pattern, text in VOLATILE:
+        line = pattern.sub(text, line)
+    return line
+
+
+def _sessions() -> List[Tuple[str, str, List[str], int]]:
+    """(where, command, lines it shows, exit status shown) of each ``$ chaosckpt run`` block followed by
+    ``$ echo $?``."""
+    found = []
+    page = REPO / "docs" / "getting-started.md"
+    for body in _blocks(page, ""):
+        lines = body.splitlines()
+        if len(lines) > 3 and lines[0].startswith("$ chaosckpt run ") and lines[-2] == "$ echo $?":
+            found.append((lines[0][2:], lines[0][2:], lines[1:-2], int(lines[-1])))
+    return found
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("where, command, shown, status", _sessions(), ids=[s[0] for s in _sessions()])
+def test_the_getting_started_outputs_are_what_the_commands_print(tmp_path, where, command, shown, status):
+    project = tmp_path / "chaosckpt"
+    shutil.copytree(REPO / "examples", project / "examples")
+    done = subprocess.run([sys.executable, "-m", "chaosckpt", *shlex.split(command)[1:]], cwd=project,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == status, done.stdout + done.stderr
+    printed = [_normal(line) for line in done.stdout.splitlines()]
+    assert printed == [_normal(line) for line in shown if not line.startswith("chaosckpt: ")], done.stdout
+    said = [_normal(line) for line in done.stderr.splitlines() if line.startswith("chaosckpt: ")]
+    assert [_normal(line)[:40] for line in shown if line.startswith("chaosckpt: ")] == [s[:40] for s in said]
