@@ -6,6 +6,7 @@ takes, and the outputs the getting-started page shows are what the commands prin
 from __future__ import annotations
 
 import ast
+import inspect
 import re
 import shlex
 import shutil
@@ -21,7 +22,8 @@ from chaosckpt.conductor import cli, config, scenario as scenarios
 from chaosckpt.conductor.params import parse_param
 
 REPO = Path(__file__).resolve().parent.parent
-PAGES = sorted([REPO / "README.md", *(REPO / "docs").rglob("*.md")])
+README = REPO / "README.md"
+PAGES = sorted([README, *(REPO / "docs").rglob("*.md")])
 BLOCK = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 PLACEHOLDER = re.compile(r"[A-Z][A-Z_]*(\.\w+)?$|<[^>]+>|\.\.\.")
 """A word of a command standing for the reader's own value (``RESULTS``, ``<folder>``, ``...``)."""
@@ -38,7 +40,7 @@ def _command_lines() -> Iterator[Tuple[str, str]]:
     ``VAR=value``, comments and a shell's ``&&``, ``;`` and ``|`` taken apart."""
     for page in PAGES:
         for body in _blocks(page, "", "bash", "sh", "console", "yaml"):
-            for number, raw in enumerate(body.replace("\\\n", " ").splitlines(), 1):
+            for raw in body.replace("\\\n", " ").splitlines():
                 line = raw.strip().removeprefix("$ ").removeprefix("- run: ").removeprefix("run: ")
                 for part in re.split(r"&&|;|\|\|?", line):
                     words = part.split("#", 1)[0].split()
@@ -115,8 +117,6 @@ def test_the_python_api_examples_call_it_with_keywords_it_takes():
 
     calls = _api_calls()
     assert calls, "the Python API page shows chaosckpt.run"
-    import inspect
-
     known = set(inspect.signature(chaosckpt.run).parameters) | set(RunKeywords.__annotations__)
     for text, call in calls:
         unknown = [k.arg for k in call.keywords if k.arg not in known]
@@ -125,7 +125,7 @@ def test_the_python_api_examples_call_it_with_keywords_it_takes():
     assert set(table) <= known | {"job"}, f"the page lists arguments chaosckpt.run lacks: {set(table) - known}"
 
 
-# The outputs the getting-started page shows, run as shown: the stdout lines and the exit status must match;
+# The outputs the getting-started page (and the README) show, run as shown: the stdout lines and the exit status must match;
 # the stderr lines in the block are checked by shape, since they name this machine's interpreter, folders and
 # confinement.
 VOLATILE = [
@@ -141,21 +141,26 @@ def _normal(line: str) -> str:
     return line
 
 
-def _sessions() -> List[Tuple[str, str, List[str], int]]:
-    """(where, command, lines it shows, exit status shown) of each ``$ chaosckpt run`` block followed by
-    ``$ echo $?``."""
-    found = []
-    page = REPO / "docs" / "getting-started.md"
-    for body in _blocks(page, ""):
-        lines = body.splitlines()
-        if len(lines) > 3 and lines[0].startswith("$ chaosckpt run ") and lines[-2] == "$ echo $?":
-            found.append((lines[0][2:], lines[0][2:], lines[1:-2], int(lines[-1])))
+def _sessions() -> List[Tuple[str, List[str], int]]:
+    """(command, lines it shows, exit status shown) of each ``$ chaosckpt run`` block followed by ``$ echo $?`` in
+    the README and the getting-started page, each block once (the README repeats the page's)."""
+    found: List[Tuple[str, List[str], int]] = []
+    for page in (REPO / "docs" / "getting-started.md", README):
+        for body in _blocks(page, ""):
+            lines = body.splitlines()
+            if len(lines) > 3 and lines[0].startswith("$ chaosckpt run ") and lines[-2] == "$ echo $?":
+                session = (lines[0][2:], lines[1:-2], int(lines[-1]))
+                found += [session] if session not in found else []
     return found
 
 
+def test_the_readme_shows_the_sessions_of_the_getting_started_page():
+    assert len(_sessions()) == 2, "the README's sessions are the getting-started page's, which the test below runs"
+
+
 @pytest.mark.e2e
-@pytest.mark.parametrize("where, command, shown, status", _sessions(), ids=[s[0] for s in _sessions()])
-def test_the_getting_started_outputs_are_what_the_commands_print(tmp_path, where, command, shown, status):
+@pytest.mark.parametrize("command, shown, status", _sessions(), ids=[s[0] for s in _sessions()])
+def test_the_getting_started_outputs_are_what_the_commands_print(tmp_path, command, shown, status):
     project = tmp_path / "chaosckpt"
     shutil.copytree(REPO / "examples", project / "examples")
     done = subprocess.run([sys.executable, "-m", "chaosckpt", *shlex.split(command)[1:]], cwd=project,

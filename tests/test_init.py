@@ -32,7 +32,8 @@ def test_a_plain_script_gets_chaosckpt_toml_a_test_and_a_workflow(tmp_path):
     assert res.returncode == 0, res.stderr
     conf = tomllib.loads((root / "chaosckpt.toml").read_text())
     assert conf["command"] == "train.py --epochs 2" and "resume_args" not in conf and "nproc" not in conf
-    assert conf["scenarios"] == ["kill9-mid-save", "enospc", "power-loss", "eval-left-on", "preemption"]
+    assert conf["scenarios"] == ["kill9-mid-save", "enospc", "power-loss", "eval-left-on", "preemption",
+                                 {"scenario": "kill9-mid-save", "sweep": True}, {"scenario": "power-loss", "sweep": True}]
     test = (root / "tests" / "test_chaosckpt_resilience.py").read_text()
     compile(test, "test_chaosckpt_resilience.py", "exec")
     assert "JOB = ['train.py', '--epochs', '2']" in test
@@ -40,6 +41,7 @@ def test_a_plain_script_gets_chaosckpt_toml_a_test_and_a_workflow(tmp_path):
     assert "no --resume-like flag found" in res.stdout
     plan = run_chaosckpt(["suite", "--plan"], cwd=root)  # the configuration is one chaosckpt reads
     assert plan.returncode == 0 and "  preemption: 2 runs" in plan.stdout, plan.stderr
+    assert "  power-loss-sweep: 9 runs (at most: one per class of crash state)" in plan.stdout
 
 
 def test_a_resume_flag_and_torch_distributed_go_into_pyproject_s_new_section(tmp_path):
@@ -50,6 +52,7 @@ def test_a_resume_flag_and_torch_distributed_go_into_pyproject_s_new_section(tmp
     assert doc["project"] == {"name": "mine"}
     conf = doc["tool"]["chaosckpt"]
     assert (conf["resume_args"], conf["nproc"], conf["scenarios"][-1]) == ("--resume", 2, "rank-epoch-skew")
+    assert all(isinstance(s, str) for s in conf["scenarios"]), "no sweeps for several ranks: nothing shares their faulted run"
     assert sorted(p.name for p in root.iterdir()) == ["pyproject.toml", "train.py"]
 
 

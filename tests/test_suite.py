@@ -298,3 +298,13 @@ def test_plan_lists_the_trials_and_their_cost_and_max_minutes_leaves_out_what_wo
     known = run_chaosckpt(["suite", "--plan", "-j", "2"], cwd=project)
     assert re.match(r"  kill9-mid-save: 2 runs ~\d+\.\d min$", known.stdout.splitlines()[1])
     assert re.search(r"total: 11 runs of about \d+ s each .* with 2 trial\(s\) at a time", known.stdout)
+
+
+def test_the_default_suite_sweeps_the_save_of_the_kill_and_the_power_loss_of_a_one_process_job(tmp_path):
+    project = example(tmp_path, "robust_train.py", 'command = "train.py"\n')
+    one = run_chaosckpt(["suite", "--plan"], cwd=project)
+    assert one.returncode == 0, one.stderr
+    swept = [line.split(":")[0].strip() for line in one.stdout.splitlines() if "sweep" in line]
+    assert swept == ["kill9-mid-save-sweep", "power-loss-sweep"]
+    two = run_chaosckpt(["suite", "--plan", "--nproc", "2"], cwd=project)
+    assert two.returncode == 0 and "sweep" not in two.stdout, two.stdout + two.stderr

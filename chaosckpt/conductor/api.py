@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, TypedDict, Union
 
@@ -19,7 +18,7 @@ from chaosckpt.conductor import config as configs, faults, option_table, scenari
 from chaosckpt.conductor.errors import UsageError
 from chaosckpt.conductor.results import atomic
 from chaosckpt.conductor.results.result import Trial, document
-from chaosckpt.conductor.runs import cache, horizon as horizons, invocation
+from chaosckpt.conductor.runs import invocation
 from chaosckpt.conductor.trial import run_trial
 from chaosckpt.conductor.trial.options import from_spec
 

@@ -61,7 +61,11 @@ def config_text(script: str, args: List[str], resume: List[str], why: str, scena
           else []),
         "# the built-in scenarios that fit a job on one machine"
         + (" of several ranks" if distributed else "") + " (chaosckpt scenarios lists them all)",
-        "scenarios = [" + ", ".join(_toml(s) for s in scenarios) + "]",
+        *([] if distributed else ["# and, swept (a crash after every file operation of save 2), the kill and the power "
+                                  "loss: windows one cut point misses"]),
+        "scenarios = [" + ", ".join([*(_toml(s) for s in scenarios),
+                                     *([] if distributed else (f"{{ scenario = {_toml(s)}, sweep = true }}"
+                                                               for s in faults.swept_by_default()))]) + "]",
         "horizon = 50      # steps compared after each resume",
         "timeout = 3600    # seconds a run may take",
     ]

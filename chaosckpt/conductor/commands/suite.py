@@ -38,7 +38,7 @@ def _plan_trials(conf: configs.SuiteConfig, base: Path, params: Dict[str, Any],
                  ranks: Optional[int]) -> List[PlannedTrial]:
     """Every configured trial, checked; one whose scenario needs more machines or ranks than the job's (``ranks``:
     None when a launcher of the user's own starts them) is planned as skipped, with the reason."""
-    entries = conf.scenarios or tuple(configs.ScenarioEntry(n) for n in scenarios.builtin_names())
+    entries = conf.scenarios or default_entries(ranks)
     planned = []
     for entry in entries:
         name = _scenario_name(entry.scenario, base)
@@ -53,6 +53,15 @@ def _plan_trials(conf: configs.SuiteConfig, base: Path, params: Dict[str, Any],
     for trial, ident in zip(planned, trial_ids([t.id for t in planned])):
         trial.id = ident
     return planned
+
+
+def default_entries(ranks: Optional[int]) -> Tuple[configs.ScenarioEntry, ...]:
+    """A suite's trials when none are configured: every built-in scenario once, and, for a one-process job, a
+    sweep of the same save for each fault whose sweep shares that save's faulted run (a kill, a power loss): a
+    window between two file operations of a save (an unlink before its rename) that one cut point misses."""
+    sweeps = faults.swept_by_default() if ranks == 1 else []
+    return (*(configs.ScenarioEntry(n) for n in scenarios.builtin_names()),
+            *(configs.ScenarioEntry(n, sweep=True) for n in sweeps))
 
 
 def _job(conf: configs.SuiteConfig, from_cli: bool, workdir: Path) -> Tuple[List[str], List[str]]:
@@ -169,7 +178,8 @@ def _line(item: Finished) -> str:
 @click.option("--config", "config_path", type=click.Path(path_type=Path), metavar="FILE",
               help="chaosckpt.toml or pyproject.toml to read (default: the nearest one from here up).")
 @click.option("-s", "--scenario", "scenario_names", multiple=True, metavar="NAME|FILE.toml",
-              help="Run these scenarios instead of the configured ones (repeatable; default: all built-in ones).")
+              help="Run these scenarios instead of the configured ones (repeatable; default: all built-in ones, and "
+                   "sweeps of the kill's and the power loss's save for a one-process job).")
 @click.option("-p", "--param", "params", multiple=True, metavar="KEY=VALUE", help="Override a parameter of every scenario.")
 @option_table.click_options("suite")
 @click.option("-j", "--jobs", type=int, default=None,
@@ -211,7 +221,7 @@ def command(args, config_path, scenario_names, params, jobs, trials, seed, share
     \b
     Examples:
       chaosckpt suite                                    # as [tool.chaosckpt] in pyproject.toml says
-      chaosckpt suite train.py -j 2 -- --epochs 3        # all built-in scenarios, two trials at a time
+      chaosckpt suite train.py -j 2 -- --epochs 3        # every built-in scenario and two sweeps, 2 at a time
       chaosckpt suite --trials 20 --seed 7               # 20 trials per scenario at random fault points
       chaosckpt suite --resume                           # continue an interrupted suite
       chaosckpt suite -k "enospc and not late"           # only the trials whose id or scenario match

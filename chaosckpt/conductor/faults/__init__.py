@@ -5,7 +5,7 @@ scenario TOML whose ``fault`` names it."""
 
 from __future__ import annotations
 
-from typing import Dict, Literal
+from typing import Dict, List, Literal
 
 from chaosckpt.conductor.errors import UsageError
 from chaosckpt.conductor.faults import (enospc, eval_left_on, kill, node_loss, node_power_loss, power_loss, preemption,
@@ -34,6 +34,12 @@ def kind_of(fault: FaultName, trigger: Trigger) -> FaultKind:
     """The kind of a scenario's fault as its trigger places it: on one node of a multi-node job or the whole job."""
     kind = KINDS[fault]
     return ON_NODE[fault] if kind.takes_node and trigger.node is not None else kind
+
+
+def swept_by_default() -> List[str]:
+    """The scenarios a one-process job's default suite sweeps too: those of the kinds whose sweep shares the faulted
+    run of their own trial (a kill, a power loss), so that a sweep costs its resumes only."""
+    return [k.scenario for k in KINDS.values() if k.sweepable and k.shareable]
 
 
 def check_sweep(scenario, sweep: bool) -> None:
