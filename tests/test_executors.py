@@ -10,6 +10,7 @@ import shutil
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import REPO, run_chaosckpt
 
 from chaosckpt.conductor.runs import slurm
@@ -55,6 +56,25 @@ def test_a_shared_faulted_run_whose_job_ended_gets_no_verdict_its_trials_run_the
     folder = _trial_folder(tmp_path, prefix=True)
     executors.ended_without_verdict(folder, "5", "PREEMPTED", None)
     assert not (folder / "result.json").exists()
+
+
+def test_a_reference_run_s_job_gets_no_trial_verdict_and_one_that_ended_without_a_reference_stops_the_suite(tmp_path):
+    from chaosckpt.conductor.errors import UsageError
+    from chaosckpt.conductor.suite import plan_run
+
+    folder = tmp_path / "suite"
+    executors.ended_without_verdict(tmp_path, "6", "CANCELLED", None)  # no spec at all: nothing to say
+    spec = {"dest": str(folder / "reference"), "key": "k", "parts": {}, "command": [sys.executable, "-c", "pass"],
+            "workdir": str(tmp_path / "no-such-folder"), "timeout": 60.0, "exclude": [], "fresh": True, "stop": None,
+            "maps": []}
+    folder.mkdir()
+    with pytest.raises(UsageError) as refused:  # a real worker, whose reference cannot run in a missing folder
+        plan_run._reference_job(folder, spec, executors.Local(folder))
+    log = folder / plan_run.REFERENCE_JOB / "worker.log"
+    assert str(refused.value).startswith("the reference run's job ended without a reference: its worker ended with "
+                                         f"exit status 1 (it wrote no reference; see {log})")
+    executors.ended_without_verdict(log.parent, "6", "CANCELLED", None)
+    assert not (log.parent / "result.json").exists()
 
 
 def _project(tmp_path: Path) -> Path:

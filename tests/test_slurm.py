@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO, processes_of, project_with
 
+from chaosckpt.conductor.runs import cache
+
 pytestmark = pytest.mark.e2e
 
 DDP_JOB = Path(__file__).resolve().parent / "jobs" / "ddp_job.py"
@@ -139,6 +141,12 @@ def test_a_suite_sent_to_slurm_gathers_the_verdicts_the_same_suite_gives_on_this
     submitted = [json.loads(p.read_text())["job_id"] for p in sorted(folder.glob("trials/*/slurm.json"))]
     assert len(submitted) == 3 and all(job.isdigit() for job in submitted)
     assert all(f"chaosckpt-{t.name}" in _job_names(slurm, submitted) for t in (folder / "trials").iterdir())
+    reference_job = json.loads((folder / "reference-job" / "slurm.json").read_text())["job_id"]
+    assert "chaosckpt-reference-job" in _job_names(slurm, [reference_job]), "the reference ran as a job of its own"
+    assert "reference run: the job once without a fault, which every trial is compared with, as a Slurm job" in (
+        on_slurm.stderr)
+    assert set(json.loads((folder / "reference-job" / "done.json").read_text())) == {"cached"}
+    assert cache.damage(folder / "reference") is None, "the job left the suite a whole reference"
     assert slurm.queue() == [] and processes_of(project) == []
 
 

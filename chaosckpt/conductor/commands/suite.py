@@ -412,8 +412,8 @@ def _reference(suite: Suite, parts: Dict[str, object], fresh: bool, keyword: Opt
     plan = suite.plan
     if not suite.pending():
         return  # every trial skipped or done: nothing needs a reference
-    click.echo("chaosckpt: reference run: the job once without a fault, which every trial is compared with ...",
-               err=True)
+    click.echo("chaosckpt: reference run: the job once without a fault, which every trial is compared with"
+               + (", as a Slurm job" if plan.executor == "slurm" else "") + " ...", err=True)
     cached = prepare_reference(suite.folder, plan, parts, fresh, random=bool(plan.draw))
     click.echo("chaosckpt: reference run " + ("reused from the cache" if cached else "done") +
                f" (key {plan.reference_key[:12]})", err=True)

@@ -144,6 +144,15 @@ def executor(name: str, folder: Path, args: Sequence[str] = ()) -> Any:
     return Slurm(folder, args) if name == "slurm" else Local(folder)
 
 
+def ended(job_id: str, state: str, status: Optional[int]) -> str:
+    """How a Slurm job ended, in words: ``Slurm job 12 was cancelled``."""
+    how = {"CANCELLED": "was cancelled", "TIMEOUT": "reached its time limit", "PREEMPTED": "was preempted",
+           "NODE_FAIL": "lost its node", "OUT_OF_MEMORY": "ran out of memory", "BOOT_FAIL": "could not boot its node",
+           "DEADLINE": "passed its deadline"}.get(state, f"ended {state}")
+    code = f" with exit status {status}" if status and state in ("FAILED", "COMPLETED") else ""
+    return f"Slurm job {job_id} {how}{code}"
+
+
 def ended_without_verdict(folder: Path, job_id: str, state: str, status: Optional[int]) -> None:
     """The trial's inconclusive verdict when its Slurm job ended and its worker wrote none (a shared faulted run's
     folder gets none: its trials then run their own fault)."""
@@ -154,13 +163,9 @@ def ended_without_verdict(folder: Path, job_id: str, state: str, status: Optiona
         spec = json.loads((folder / "spec.json").read_text())
     except (OSError, ValueError):
         return
-    if spec["options"].get("prefix") == str(folder):
-        return
-    how = {"CANCELLED": "was cancelled", "TIMEOUT": "reached its time limit", "PREEMPTED": "was preempted",
-           "NODE_FAIL": "lost its node", "OUT_OF_MEMORY": "ran out of memory", "BOOT_FAIL": "could not boot its node",
-           "DEADLINE": "passed its deadline"}.get(state, f"ended {state}")
-    code = f" with exit status {status}" if status and state in ("FAILED", "COMPLETED") else ""
-    detail = f"Slurm job {job_id} {how}{code} before the trial had a verdict (see {folder / 'worker.log'})"
+    if "options" not in spec or spec["options"].get("prefix") == str(folder):
+        return  # a reference run's job, or a shared faulted run's
+    detail = f"{ended(job_id, state, status)} before the trial had a verdict (see {folder / 'worker.log'})"
     trial = Trial(scenario=scenario_label(spec["scenario"]), status="inconclusive", headline="",
                   reason="slurm-job-ended", detail=detail, params=spec["params"], results_dir=str(folder))
     trial.headline = headline(trial)

@@ -200,9 +200,15 @@ def reference_stop(plan: Plan, random: bool = False) -> Optional[Dict[str, Any]]
                                                  for t in plan.trials if not t.skipped])
 
 
+REFERENCE_JOB = "reference-job"
+"""In a suite's folder sent to Slurm: the reference run's worker job (``spec.json``, ``worker.log``, ``slurm.json``)
+and, once it is done, ``done.json`` saying whether it came from the cache."""
+
+
 def prepare_reference(folder: Path, plan: Plan, parts: Dict[str, object], fresh: bool, random: bool = False) -> bool:
-    """Put the suite's reference run into ``folder/reference`` (see ``cache.reference_into``); a resumed
-    suite keeps the one it started with. True when it came from a cache."""
+    """Put the suite's reference run into ``folder/reference`` (see ``cache.reference_into``): here, or as a Slurm
+    job with the trials' resources when they run on Slurm (a login node may have none of the GPUs the job needs); a
+    resumed suite keeps the one it started with. True when it came from a cache."""
     dest = folder / "reference"
     if dest.is_dir():
         why = cache.damage(dest)
@@ -210,8 +216,45 @@ def prepare_reference(folder: Path, plan: Plan, parts: Dict[str, object], fresh:
             return True
         print(f"chaosckpt: the suite's reference run is damaged or unfinished ({why}); fetching it again",
               file=sys.stderr)
-    return cache.reference_into(dest, plan.reference_key, parts, plan.command, Path(plan.workdir), plan.timeout,
-                                [Path(plan.results), *map(Path, plan.exclude)], fresh, reference_stop(plan, random), plan.maps)
+    spec = {"dest": str(dest), "key": plan.reference_key, "parts": parts, "command": plan.command,
+            "workdir": plan.workdir, "timeout": plan.timeout, "exclude": [plan.results, *plan.exclude], "fresh": fresh,
+            "stop": reference_stop(plan, random), "maps": plan.maps}
+    if plan.executor == "slurm":
+        return _reference_job(folder, spec, executors.executor(plan.executor, folder, plan.sbatch))
+    return reference_from_spec(spec)
+
+
+def reference_from_spec(spec: Dict[str, Any]) -> bool:
+    """The reference run ``prepare_reference`` asks for, made where this process runs; True when it came from the
+    cache."""
+    return cache.reference_into(Path(spec["dest"]), spec["key"], spec["parts"], spec["command"], Path(spec["workdir"]),
+                                spec["timeout"], [Path(p) for p in spec["exclude"]], spec["fresh"], spec["stop"],
+                                spec["maps"])
+
+
+def _reference_job(folder: Path, spec: Dict[str, Any], executor: Any) -> bool:
+    """The reference run as a worker job of ``executor`` (a resumed suite waits for the one still queued or
+    running); a usage error naming the job when it ended without one."""
+    job_dir = folder / REFERENCE_JOB
+    job = executor.adopt(job_dir)
+    if job is None:
+        shutil.rmtree(job_dir, ignore_errors=True)
+        job_dir.mkdir()
+        atomic.write_text(job_dir / "spec.json", json.dumps({"reference": spec}, indent=2) + "\n")
+        job = executor.start(job_dir / "spec.json")
+    try:
+        while job.poll() is None:
+            time.sleep(POLL_S)
+    except BaseException:  # Ctrl-C: the job is cancelled as a trial's would be
+        _stop([job])
+        raise
+    why = cache.damage(Path(spec["dest"])) if (job_dir / "done.json").is_file() else "it wrote no reference"
+    if job.returncode != 0 or why is not None:
+        how = executors.ended(job.job_id, job.state, job.returncode) if hasattr(job, "job_id") else \
+            f"its worker ended with exit status {job.returncode}"
+        raise UsageError(f"the reference run's job ended without a reference: {how} ({why}; see "
+                         f"{job_dir / 'worker.log'})")
+    return bool(json.loads((job_dir / "done.json").read_text())["cached"])
 
 
 def _stop(procs: List[Any]) -> None:

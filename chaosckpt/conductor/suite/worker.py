@@ -25,10 +25,17 @@ if TYPE_CHECKING:
 
 def worker(spec_path: Path) -> int:
     """One trial, as a suite's worker runs it: ``result.json`` is written atomically when the verdict is in; or,
-    where the spec's ``prefix`` is its own folder, the faulted run a group of trials shares."""
+    where the spec's ``prefix`` is its own folder, the faulted run a group of trials shares; or, for a spec of a
+    ``reference``, the suite's reference run (``done.json`` beside the spec says whether it came from the cache)."""
     from chaosckpt.conductor.trial import run_trial, shared
 
     spec = json.loads(spec_path.read_text())
+    if "reference" in spec:
+        from chaosckpt.conductor.suite.plan_run import reference_from_spec
+
+        cached = reference_from_spec(spec["reference"])
+        atomic.write_text(spec_path.parent / "done.json", json.dumps({"cached": cached}) + "\n")
+        return 0
     scen = scenarios.load(spec["scenario"], spec["params"])
     opts = from_spec(spec_path)
     if opts.prefix == opts.results_dir:
