@@ -308,3 +308,46 @@ def test_the_default_suite_sweeps_the_save_of_the_kill_and_the_power_loss_of_a_o
     assert swept == ["kill9-mid-save-sweep", "power-loss-sweep"]
     two = run_chaosckpt(["suite", "--plan", "--nproc", "2"], cwd=project)
     assert two.returncode == 0 and "sweep" not in two.stdout, two.stdout + two.stderr
+
+
+SAVES_BY_FOLDER = """\
+import os, torch
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+os.makedirs("ckpt", exist_ok=True)
+for step in range(1, 13):
+    loss = model(torch.ones(2, 4)).pow(2).mean()
+    opt.zero_grad(); loss.backward(); opt.step()
+    # a save that one run makes and another does not, as a racy saver would; here, by the folder it runs in
+    if step % 4 == 0 and not (step == 8 and os.getcwd().endswith("run-1")):
+        torch.save({"model": model.state_dict(), "step": step}, "ckpt/last.pt")
+"""
+
+
+@pytest.mark.parametrize("job, config, expected", [
+    ("robust_train.py", 'command = "train.py"\n', None),
+    ("train_job.py", 'command = "train.py --seed time"\n', "left the first run's losses or parameters at step 1"),
+    (None, 'command = "train.py"\n', "made no save at step 8, where the first run saved"),
+], ids=["deterministic", "unseeded", "a save one run does not make"])
+def test_flake_runs_the_job_again_before_the_trials_and_a_difference_makes_every_trial_inconclusive(
+        tmp_path, job, config, expected):
+    if job is None:
+        project = tmp_path / "project"
+        project.mkdir()
+        (project / "train.py").write_text(SAVES_BY_FOLDER)
+        (project / "chaosckpt.toml").write_text(config)
+    else:
+        project = example(tmp_path, job, config, REPO / ("examples" if job.startswith("robust") else "tests/jobs"))
+    res = run_chaosckpt(["suite", "-s", "kill9-mid-save", "-s", "enospc", "--flake", "1", "--json"], cwd=project)
+    trials = res.doc["trials"]
+    if expected is None:
+        assert res.returncode == 0, res.stderr
+        assert "flake check: 2 uninterrupted runs took the same steps, losses and saves" in res.stderr
+        assert {t["status"] for t in trials} == {"passed"}
+        return
+    assert res.returncode == 4, res.stderr
+    assert f"flake check: uninterrupted run 2 of 2 {expected}" in res.stderr
+    for trial in trials:
+        assert (trial["status"], trial["result"]["reason"]) == ("inconclusive", "baseline-nondeterministic")
+        assert expected in trial["result"]["detail"] and not trial["result"]["runs"], "no trial ran"

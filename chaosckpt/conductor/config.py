@@ -60,6 +60,8 @@ class SuiteConfig:
     """Trials at once; None: 1 on this machine, all of them with Slurm (its queue decides)."""
     trials: int = 0
     seed: Optional[int] = None
+    flake: int = 0
+    """Uninterrupted runs beside the reference before any trial (``suite.flake``)."""
     horizon: Any = horizons.DEFAULT
     """Steps compared after the resume point (see ``horizon``), or ``"end"``."""
     map: Tuple[Path, ...] = ()
@@ -114,6 +116,8 @@ SUITE_KEYS: Dict[str, Any] = {
     "jobs": {"description": "Trials run in parallel.", **option_table.whole(1)},
     "trials": {"description": "Trials of each scenario at seeded random fault points.", **option_table.whole(0)},
     "seed": {"description": "Seed of the random fault points.", **option_table.whole()},
+    "flake": {"description": "Uninterrupted runs of the job beside the reference, compared with it before any trial.",
+              **option_table.whole(0)},
     "share": {"description": "Trials faulting the same save share one faulted run.", **option_table.FLAG},
     "executor": {"description": "Where trials run: on this machine, or each as a Slurm job.", "enum": ["local", "slurm"],
                  "x-message": "{where} must be \"local\" or \"slurm\", got {got}"},

@@ -22,7 +22,7 @@ from chaosckpt.conductor.results.envelope import envelope
 from chaosckpt.conductor.results.suite_plan import Plan, PlannedTrial, load_plan, scenario_label, trial_ids
 from chaosckpt.conductor.results.result import document
 from chaosckpt.conductor.runs import cache, invocation, leftovers, locks, logcap
-from chaosckpt.conductor.suite import estimate, executors, keywords
+from chaosckpt.conductor.suite import estimate, executors, flake, keywords
 from chaosckpt.conductor.suite.plan_run import (Finished, Suite, completed_saves, prepare_reference, random_points,
                                               trigger_keys)
 
@@ -99,7 +99,8 @@ def _new_plan(conf: configs.SuiteConfig, from_cli: bool, params: Dict[str, Any])
     plan = Plan(args=args, command=command, resume_command=resume, resume_option=resume_option, workdir=str(workdir),
                 results=str(conf.results.resolve()), timeout=float(conf.timeout), tolerance=float(conf.tolerance),
                 nproc=conf.nproc, seed=conf.seed, trials=trials, reference_key=cache.key(parts), created=timestamps.now(),
-                horizon=spec["horizon"], maps=spec["maps"], exclude=exclude, share=conf.share, options=spec)
+                horizon=spec["horizon"], maps=spec["maps"], exclude=exclude, share=conf.share, options=spec,
+                flake=conf.flake)
     return plan, parts
 
 
@@ -186,6 +187,10 @@ def _line(item: Finished) -> str:
               help="Trials run in parallel (default 1; with --executor slurm, all: the cluster's queue decides).")
 @click.option("--trials", type=int, default=None, metavar="N", help="Run N trials of each scenario at seeded random fault points.")
 @click.option("--seed", type=int, default=None, help="Seed of the random fault points (default: a new one, printed).")
+@click.option("--flake", type=click.IntRange(0), default=None, metavar="N",
+              help="Before any trial, run the job N more times without a fault and compare each with the reference "
+                   "(steps, losses, saves, exit): a job whose runs differ (a racy save, an unseeded stream) gets every "
+                   "trial inconclusive, saying how.")
 @click.option("--share/--no-share", default=None,
               help="Kills, power losses and sweeps of the same save share one journaled faulted run (default); "
                    "--no-share runs each alone.")
@@ -213,7 +218,7 @@ def _line(item: Finished) -> str:
 @click.option("--junit", "junit_path", type=click.Path(path_type=Path), default=None, help="JUnit XML path (default: in the suite's folder).")
 @click.option("--markdown", "markdown_path", type=click.Path(path_type=Path), default=None, help="Markdown summary path (default: in the suite's folder).")
 @click.option("--json", "as_json", is_flag=True, help="Print only one JSON document on stdout: the verdicts and where the reports are.")
-def command(args, config_path, scenario_names, params, jobs, trials, seed, share, executor, slurm_args, resume_suite,
+def command(args, config_path, scenario_names, params, jobs, trials, seed, flake, share, executor, slurm_args, resume_suite,
             keyword, last_failed, failed_first, show_plan, max_minutes, fresh_reference, html_path, junit_path,
             markdown_path, as_json, **given):
     """Run every configured scenario against the job, then write HTML, JUnit and Markdown reports.
@@ -223,6 +228,7 @@ def command(args, config_path, scenario_names, params, jobs, trials, seed, share
       chaosckpt suite                                    # as [tool.chaosckpt] in pyproject.toml says
       chaosckpt suite train.py -j 2 -- --epochs 3        # every built-in scenario and two sweeps, 2 at a time
       chaosckpt suite --trials 20 --seed 7               # 20 trials per scenario at random fault points
+      chaosckpt suite --flake 2                          # first, two more runs without a fault must agree
       chaosckpt suite --resume                           # continue an interrupted suite
       chaosckpt suite -k "enospc and not late"           # only the trials whose id or scenario match
       chaosckpt suite --lf                               # only what failed last time (--ff: that first)
@@ -236,7 +242,7 @@ def command(args, config_path, scenario_names, params, jobs, trials, seed, share
     """
     started = time.monotonic()
     conf = configs.with_command_line(
-        config_path, Path.cwd(), command=tuple(args) or None, jobs=jobs, trials=trials, seed=seed,
+        config_path, Path.cwd(), command=tuple(args) or None, jobs=jobs, trials=trials, seed=seed, flake=flake,
         scenarios=tuple(configs.ScenarioEntry(n) for n in scenario_names) or None, share=share, executor=executor,
         **option_table.from_cli(given))
     if keyword is not None:
@@ -433,6 +439,25 @@ def _reference(suite: Suite, parts: Dict[str, object], fresh: bool, keyword: Opt
         suite.selected = {t.id for t in _matching(suite.pending(), keyword)}
     if budget_min is not None:
         _fit(suite, budget_min)
+    if plan.flake:
+        _flake_check(suite)
+
+
+def _flake_check(suite: Suite) -> None:
+    """``--flake``: the uninterrupted runs compared with the reference; when one differs, every pending trial is
+    inconclusive and none runs."""
+    plan = suite.plan
+    times = "once more" if plan.flake == 1 else f"{plan.flake} more times"
+    click.echo(f"chaosckpt: flake check: the job {times} without a fault, each run compared with the reference ...",
+               err=True)
+    difference = flake.check(suite.folder, plan, plan.flake)
+    if difference is None:
+        click.echo(f"chaosckpt: flake check: {plan.flake + 1} uninterrupted runs took the same steps, losses and "
+                   "saves", err=True)
+        return
+    click.echo(printable(f"chaosckpt: flake check: {difference}; every trial is inconclusive"), err=True)
+    pending = [t for t in suite.pending() if suite.selected is None or t.id in suite.selected]
+    flake.inconclusive(suite.folder, pending, difference)
 
 
 def _resumed(conf) -> Tuple[Suite, Dict[str, object]]:

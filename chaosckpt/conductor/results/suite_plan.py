@@ -62,6 +62,8 @@ class Plan:
     """Steps compared after each resume point; None: every run to the job's end."""
     draw: int = 0
     """Trials per scenario still to be drawn at random points once the reference is in (``--trials``)."""
+    flake: int = 0
+    """Uninterrupted runs beside the reference, compared with it before any trial (``--flake``)."""
     state: str = "running"
     """``running`` (or interrupted: the process is gone), ``finished``."""
     maps: List[str] = field(default_factory=list)

@@ -51,7 +51,10 @@ def lines(plan: Plan, seconds: Optional[float], jobs: int) -> List[str]:
         n = runs_of(trial, max_resumes)
         out.append(f"  {trial.id}: {n} runs{' (at most: one per class of crash state)' if trial.sweep else ''} "
                    f"{each(n)}".rstrip())
-    total = sum(runs_of(t, max_resumes) for t in plan.trials)
+    if plan.flake:
+        out.append(f"  flake check (before the trials): {plan.flake} run{'s' if plan.flake > 1 else ''} "
+                   f"{each(plan.flake)}".rstrip())
+    total = sum(runs_of(t, max_resumes) for t in plan.trials) + plan.flake
     if seconds is None:
         out.append(f"total: {total} runs and the reference run, whose length is not known yet (no cached reference "
                    "for this job and its files): run the suite once, or chaosckpt run, to estimate")
@@ -63,9 +66,9 @@ def lines(plan: Plan, seconds: Optional[float], jobs: int) -> List[str]:
 
 def fit(plan: Plan, seconds: float, jobs: int, budget_min: float) -> List[PlannedTrial]:
     """Mark skipped (``LEFT_OUT``) the trials past the first ones, in order, whose runs fit ``budget_min`` minutes
-    after the reference run; the trials left out."""
+    after the reference run and the flake check's runs; the trials left out."""
     max_resumes = int(plan.options.get("max_resumes") or 8)
-    used = 0
+    used = plan.flake
     cut = []
     for trial in plan.trials:
         if trial.skipped:
