@@ -62,6 +62,8 @@ class SuiteConfig:
     seed: Optional[int] = None
     flake: int = 0
     """Uninterrupted runs beside the reference before any trial (``suite.flake``)."""
+    shrink: bool = True
+    """Try smaller faults for a failed trial placed by hand or at random (``suite.shrink``)."""
     horizon: Any = horizons.DEFAULT
     """Steps compared after the resume point (see ``horizon``), or ``"end"``."""
     map: Tuple[Path, ...] = ()
@@ -118,6 +120,7 @@ SUITE_KEYS: Dict[str, Any] = {
     "seed": {"description": "Seed of the random fault points.", **option_table.whole()},
     "flake": {"description": "Uninterrupted runs of the job beside the reference, compared with it before any trial.",
               **option_table.whole(0)},
+    "shrink": {"description": "Try smaller faults for a failed trial placed by hand or at random.", **option_table.FLAG},
     "share": {"description": "Trials faulting the same save share one faulted run.", **option_table.FLAG},
     "executor": {"description": "Where trials run: on this machine, or each as a Slurm job.", "enum": ["local", "slurm"],
                  "x-message": "{where} must be \"local\" or \"slurm\", got {got}"},

@@ -22,7 +22,7 @@ from chaosckpt.conductor.results.envelope import envelope
 from chaosckpt.conductor.results.suite_plan import Plan, PlannedTrial, load_plan, scenario_label, trial_ids
 from chaosckpt.conductor.results.result import document
 from chaosckpt.conductor.runs import cache, invocation, leftovers, locks, logcap
-from chaosckpt.conductor.suite import estimate, executors, flake, keywords
+from chaosckpt.conductor.suite import estimate, executors, flake, keywords, shrink
 from chaosckpt.conductor.suite.plan_run import (Finished, Suite, completed_saves, prepare_reference, random_points,
                                               trigger_keys)
 
@@ -191,6 +191,9 @@ def _line(item: Finished) -> str:
               help="Before any trial, run the job N more times without a fault and compare each with the reference "
                    "(steps, losses, saves, exit): a job whose runs differ (a racy save, an unseeded stream) gets every "
                    "trial inconclusive, saying how.")
+@click.option("--shrink/--no-shrink", default=None,
+              help="For a failed kill or power loss placed by hand or at random, try up to 6 smaller faults (earlier "
+                   "saves, earlier points) and print the smallest that fails the same way (default: on).")
 @click.option("--share/--no-share", default=None,
               help="Kills, power losses and sweeps of the same save share one journaled faulted run (default); "
                    "--no-share runs each alone.")
@@ -218,7 +221,7 @@ def _line(item: Finished) -> str:
 @click.option("--junit", "junit_path", type=click.Path(path_type=Path), default=None, help="JUnit XML path (default: in the suite's folder).")
 @click.option("--markdown", "markdown_path", type=click.Path(path_type=Path), default=None, help="Markdown summary path (default: in the suite's folder).")
 @click.option("--json", "as_json", is_flag=True, help="Print only one JSON document on stdout: the verdicts and where the reports are.")
-def command(args, config_path, scenario_names, params, jobs, trials, seed, flake, share, executor, slurm_args, resume_suite,
+def command(args, config_path, scenario_names, params, jobs, trials, seed, flake, shrink, share, executor, slurm_args, resume_suite,
             keyword, last_failed, failed_first, show_plan, max_minutes, fresh_reference, html_path, junit_path,
             markdown_path, as_json, **given):
     """Run every configured scenario against the job, then write HTML, JUnit and Markdown reports.
@@ -242,7 +245,7 @@ def command(args, config_path, scenario_names, params, jobs, trials, seed, flake
     """
     started = time.monotonic()
     conf = configs.with_command_line(
-        config_path, Path.cwd(), command=tuple(args) or None, jobs=jobs, trials=trials, seed=seed, flake=flake,
+        config_path, Path.cwd(), command=tuple(args) or None, jobs=jobs, trials=trials, seed=seed, flake=flake, shrink=shrink,
         scenarios=tuple(configs.ScenarioEntry(n) for n in scenario_names) or None, share=share, executor=executor,
         **option_table.from_cli(given))
     if keyword is not None:
@@ -269,6 +272,7 @@ def command(args, config_path, scenario_names, params, jobs, trials, seed, flake
                        err=True)
         with Progress(len(runnable), done, plan.replay, as_json) as progress:
             finished = suite.run(progress.finished, progress.started)
+            _shrink(suite, finished, conf.shrink)
     except KeyboardInterrupt:
         left = len(suite.pending())
         click.echo(f"chaosckpt: suite interrupted with {len(plan.trials) - left} of {len(plan.trials)} trials done; "
@@ -460,6 +464,31 @@ def _flake_check(suite: Suite) -> None:
     flake.inconclusive(suite.folder, pending, difference)
 
 
+def _shrink(suite: Suite, finished: List[Finished], wanted: bool) -> None:
+    """Each failed trial placed by hand or at random, shrunk (``suite.shrink``) unless ``--no-shrink``: the smallest
+    fault that fails the same way, said on stderr and kept for the reports."""
+    if not wanted:
+        return
+    from chaosckpt.conductor.trial import run_trial
+    from chaosckpt.conductor.trial.options import from_spec
+
+    def run(candidate: PlannedTrial, out: Path) -> Any:
+        out.mkdir(parents=True, exist_ok=True)
+        opts = from_spec({**suite.plan.options, "results_dir": str(out), "reference": str(suite.folder / "reference")})
+        return run_trial(scenarios.load(candidate.scenario, candidate.params), opts)
+
+    for item in finished:
+        trial = stored.trial_from_dict(item.trial) if item.trial else None
+        if not shrink.shrinkable(item.planned, trial, suite.plan):
+            continue
+        click.echo(f"chaosckpt: {item.planned.id} failed: trying smaller faults (at most {shrink.MAX_TRIES}) ...",
+                   err=True)
+        record = shrink.shrink(suite.folder, suite.plan, item.planned, trial, run)
+        said = (f"the smallest fault that fails the same way: {record['replay']}" if record["replay"] else
+                f"no smaller fault failed the same way ({len(record['tried'])} tried)")
+        click.echo(printable(f"chaosckpt: {item.planned.id}: {said}"), err=True)
+
+
 def _resumed(conf) -> Tuple[Suite, Dict[str, object]]:
     results = conf.results.resolve()
     leftovers.report(results)
@@ -490,7 +519,8 @@ def _document(results: stored.Results, suite: Suite, reports: List[Path]) -> Dic
         summary=results.counts(),
         reports={"html": str(reports[0]), "junit": str(reports[1]), "markdown": str(reports[2])},
         trials=[{"id": t.id, "status": t.status, "replay": t.replay, "result": t.trial.to_dict() if t.trial else None,
-                 **({"reason": t.skipped} if t.skipped else {})} for t in results.trials],
+                 **({"reason": t.skipped} if t.skipped else {}), **({"smallest": t.smallest} if t.smallest else {})}
+                for t in results.trials],
     )
 
 
@@ -515,6 +545,8 @@ def _summary(results: stored.Results, finished: List[Finished], elapsed: float, 
             for finding in item.trial.findings:
                 click.echo(printable(f"  - {finding.kind}: {finding.message}"))
             click.echo(printable(f"  replay: {item.replay}"))
+            if item.smallest:
+                click.echo(printable(f"  smallest that fails the same way: {item.smallest}"))
     click.echo(f"chaosckpt: {results.summary()} in {elapsed:.0f} s of wall time ({results.runs()} runs, "
                f"{results.run_time():.0f} s of run time, as the reports count it); "
                f"reports: {', '.join(os.path.relpath(p) for p in reports)}")

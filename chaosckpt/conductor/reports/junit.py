@@ -31,6 +31,8 @@ def _details(stored: StoredTrial) -> str:
         lines += stored.trial.detail.splitlines()
     if stored.replay:
         lines.append(f"replay: {stored.replay}")
+    if stored.smallest:
+        lines.append(f"smallest that fails the same way: {stored.smallest}")
     lines.append(f"results and logs: {stored.folder}")
     return _lines(*lines)
 

@@ -125,6 +125,9 @@ def render(results: Results) -> str:
         if stored.replay:
             fence = _fence(stored.replay, 3)
             lines += ["", "Replay it:", "", f"{fence}sh", stored.replay, fence]
+        if stored.smallest:
+            fence = _fence(stored.smallest, 3)
+            lines += ["", "The smallest fault that fails the same way:", "", f"{fence}sh", stored.smallest, fence]
         lines += ["", "</details>", ""]
     if len(bad) > MAX_DETAILS:
         folders = " ".join(str(p.source) for p in results.sources)

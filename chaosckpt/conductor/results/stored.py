@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Mapping, Optional
 from chaosckpt.conductor import params
 from chaosckpt.conductor.errors import UsageError
 from chaosckpt.conductor.results import atomic, timestamps
-from chaosckpt.conductor.results.suite_plan import Plan, load_plan, other_format, stored_trial, trial_dir
+from chaosckpt.conductor.results.suite_plan import SHRUNK, Plan, load_plan, other_format, stored_trial, trial_dir
 from chaosckpt.conductor.results.result import Finding, RunRecord, Trial
 from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog
 
@@ -48,6 +48,8 @@ class StoredTrial:
     """The scenario parameters this trial set (a suite's overrides, or a run's trigger)."""
     skipped: Optional[str] = None
     """Why the suite did not run it: the scenario needs more machines or ranks than the job has."""
+    smallest: Optional[str] = None
+    """The replay line of the smallest fault found that fails the same way (a shrunk trial's ``shrunk.json``)."""
 
     @property
     def own_runs(self) -> List[RunRecord]:
@@ -186,8 +188,17 @@ def _suite(folder: Path) -> Results:
         doc = stored_trial(folder, planned)
         trial = trial_from_dict(doc) if doc is not None else None
         results.trials.append(StoredTrial(planned.id, planned.scenario, trial_dir(folder, planned), trial, plan.replay(planned),
-                                          dict(planned.params), planned.skipped))
+                                          dict(planned.params), planned.skipped, _smallest(trial_dir(folder, planned))))
     return results
+
+
+def _smallest(folder: Path) -> Optional[str]:
+    """The replay line of the smallest fault that failed the same way, when the trial was shrunk to one."""
+    try:
+        replay = json.loads((folder / SHRUNK).read_text()).get("replay")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return replay if isinstance(replay, str) else None
 
 
 def _trigger(trial: Trial) -> Dict[str, Any]:

@@ -127,6 +127,11 @@ class Plan:
         return f"cd {shlex.quote(where)} && {line}"
 
 
+SHRUNK = "shrunk.json"
+"""In a failed trial's folder once it was shrunk (``suite.shrink``): every smaller fault tried, and the smallest that
+failed the same way, with its replay line."""
+
+
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._=-]+", "-", text).strip("-") or "trial"
 
