@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 
 import pytest
 
@@ -103,3 +105,27 @@ def test_links_pointing_out_of_the_workdir_are_found(fs):
     fs.create_symlink("/work/data", "/data")
     fs.create_symlink("/work/sub/inside", "/work/sub")
     assert sandbox.links_out(__import__("pathlib").Path("/work")) == ["data"]
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed here")
+def test_the_preflight_says_what_is_left_out_and_names_many_files_git_ignores_without_leaving_them_out(tmp_path):
+    """Issue 33, item 7: run from a repository's root, a sandbox copies what git ignores too (a data set, an
+    environment); the preflight names it and the --exclude that leaves it out, and copies it all the same (a job
+    may read its gitignored data)."""
+    work = tmp_path / "repo"
+    (work / "shards").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(work)], check=True)
+    (work / ".gitignore").write_text("shards/\nnotes.txt\n")
+    (work / "train.py").write_text("print()")
+    (work / "notes.txt").write_text("a few bytes git ignores")
+    for i in range(100):
+        (work / "shards" / f"{i}.bin").write_bytes(b"rows")
+    (work / "ckpt").mkdir()
+    said = preflight.lines(work, [work / "ckpt"], tmp_path / "boxes", [])
+    assert "left out: .git, ckpt;" in said[0] and said[0].startswith("sandbox of 103 files")
+    assert said[1] == ("every sandbox copies 101 files (423 B) that git ignores (shards: 100 files, 400 B; notes.txt: 1 "
+                       "file, 23 B); if the job never reads them, leave them out: --exclude shards --exclude notes.txt "
+                       '(config key exclude = ["shards", "notes.txt"])')
+    for extra in range(1, 100):
+        (work / "shards" / f"{extra}.bin").unlink()
+    assert len(preflight.lines(work, [], tmp_path / "boxes", [])) == 1, "a few ignored files: nothing to say"

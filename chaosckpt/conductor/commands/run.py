@@ -79,8 +79,8 @@ def command(args, scenario_name, params, config_path, fresh_reference, as_json, 
     if not as_json:
         click.echo(f"chaosckpt: {scen.name} on {shlex.join(opts.command)} (results in {os.path.relpath(results)})",
                    err=True)
-        survey = preflight.survey(opts.workdir, [*opts.exclude, results], results / "sandboxes")
-        click.echo(f"chaosckpt: {preflight.line(survey, [str(m) for m in opts.maps])}", err=True)
+        for said in preflight.lines(opts.workdir, [*opts.exclude, results], results / "sandboxes", opts.maps):
+            click.echo(f"chaosckpt: {said}", err=True)
     try:
         trial = run_trial(scen, opts)
     except Interrupted as stopped:  # what ran is kept, as an inconclusive trial, before exiting as the signal asks

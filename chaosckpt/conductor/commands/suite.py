@@ -21,7 +21,7 @@ from chaosckpt.conductor.results import atomic, history, stored, timestamps
 from chaosckpt.conductor.results.envelope import envelope
 from chaosckpt.conductor.results.suite_plan import Plan, PlannedTrial, load_plan, scenario_label, trial_ids
 from chaosckpt.conductor.results.result import document
-from chaosckpt.conductor.runs import cache, invocation, leftovers, locks, logcap
+from chaosckpt.conductor.runs import cache, invocation, leftovers, locks, logcap, preflight
 from chaosckpt.conductor.suite import estimate, executors, flake, keywords, shrink
 from chaosckpt.conductor.suite.plan_run import (Finished, Suite, completed_saves, prepare_reference, random_points,
                                               trigger_keys)
@@ -404,6 +404,9 @@ def _started(conf, from_cli: bool, params: Dict[str, Any], keyword: Optional[str
     folder = invocation.results_dir(Path(plan.results), "suite")
     click.echo(f"chaosckpt: suite of {len(plan.trials)} scenario(s) on {shlex.join(plan.command)} "
                f"(results in {folder})", err=True)
+    for said in preflight.lines(Path(plan.workdir), [Path(plan.results), *map(Path, plan.exclude)],
+                                folder / "sandboxes", plan.maps):
+        click.echo(f"chaosckpt: {said}", err=True)
     for trial in plan.trials:
         if trial.skipped:
             click.echo(f"chaosckpt: skipping {trial.id}: {trial.skipped}", err=True)

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, List, Optional, Sequence
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from chaosckpt.conductor.runs import confinement, diskspace, sandbox
 from chaosckpt.conductor.runs.runlog import RunLog
@@ -30,6 +32,11 @@ class Survey:
     bound_bytes: int = 0
     skipped: List[str] = field(default_factory=list)
     reflinks: bool = False
+    left_out: List[str] = field(default_factory=list)
+    """Paths never copied: chaosckpt's and git's folders, the results folder, what ``--exclude`` names."""
+    ignored: Dict[str, Tuple[int, int]] = field(default_factory=dict)
+    """Paths copied that git ignores (in a repository): files and bytes each; the data sets and environments
+    that, at a repository's root, make most of a sandbox."""
 
 
 def _size(n: int) -> str:
@@ -50,10 +57,13 @@ def survey(workdir: Path, exclude: Iterable[Path], dest_parent: Path) -> Survey:
         here = Path(root)
         others = [d for d in dirs if sandbox.foreign(here / d)]
         out.skipped += [f"{os.path.relpath(here / d, workdir)} (a chaosckpt run in progress)" for d in others]
+        out.left_out += [os.path.relpath(here / d, workdir) for d in dirs
+                         if d in sandbox.ALWAYS_EXCLUDED or here / d in skip]
         dirs[:] = [d for d in dirs if d not in sandbox.ALWAYS_EXCLUDED and here / d not in skip and d not in others]
         for name in files:
             path = here / name
             if name in sandbox.ALWAYS_EXCLUDED or path in skip:
+                out.left_out.append(os.path.relpath(path, workdir))
                 continue
             try:
                 st = os.lstat(path)
@@ -72,7 +82,62 @@ def survey(workdir: Path, exclude: Iterable[Path], dest_parent: Path) -> Survey:
                 out.bound_bytes += st.st_size
             else:
                 out.copied_bytes += st.st_size
+    out.ignored = _gitignored(workdir, out.left_out)
     return out
+
+
+def _gitignored(workdir: Path, left_out: List[str]) -> Dict[str, Tuple[int, int]]:
+    """What git ignores under ``workdir`` that the sandbox copies (nothing outside a repository or without git)."""
+    git = shutil.which("git")
+    if git is None:
+        return {}
+    try:
+        listed = subprocess.run([git, "-C", str(workdir), "ls-files", "--others", "--ignored", "--exclude-standard",
+                                 "--directory", "-z"], capture_output=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    if listed.returncode != 0:
+        return {}
+    found: Dict[str, Tuple[int, int]] = {}
+    for rel in sorted(os.fsdecode(raw).rstrip("/") for raw in listed.stdout.split(b"\0") if raw):
+        if any(p in sandbox.ALWAYS_EXCLUDED for p in Path(rel).parts) or any(
+                rel == out or rel.startswith(out + "/") for out in [*left_out, *found]):
+            continue  # never copied, or inside a folder already counted
+        found[rel] = _extent(workdir / rel)
+    return found
+
+
+def _extent(path: Path) -> Tuple[int, int]:
+    """Files and bytes under ``path`` (the path itself when it is a file)."""
+    if not path.is_dir():
+        return 1, path.lstat().st_size if path.exists() or path.is_symlink() else 0
+    files = size = 0
+    for root, _, names in os.walk(path):
+        for name in names:
+            try:
+                size += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                continue
+            files += 1
+    return files, size
+
+
+NOTABLE = (100, 64 << 20)
+"""Gitignored files (count, bytes) worth a line of their own: a data set or an environment, not a cache file."""
+
+
+def ignored_line(s: Survey) -> Optional[str]:
+    """A line naming the gitignored paths the sandbox copies, with how to leave them out, when they are many."""
+    files = sum(f for f, _ in s.ignored.values())
+    size = sum(b for _, b in s.ignored.values())
+    if files < NOTABLE[0] and size < NOTABLE[1]:
+        return None
+    big = sorted(s.ignored, key=lambda rel: -s.ignored[rel][1])[:3]
+    shown = "; ".join(f"{rel}: {_count(s.ignored[rel][0], 'file')}, {_size(s.ignored[rel][1])}" for rel in big)
+    options = " ".join(f"--exclude {rel}" for rel in big)
+    return (f"every sandbox copies {_count(files, 'file')} ({_size(size)}) that git ignores ({shown}"
+            f"{'; ...' if len(s.ignored) > 3 else ''}); if the job never reads them, leave them out: {options} "
+            f"(config key exclude = {json.dumps(big)})")
 
 
 def _count(n: int, noun: str) -> str:
@@ -90,8 +155,17 @@ def line(s: Survey, maps: Sequence[str]) -> str:
     if s.skipped:
         parts.append(f"skipped {', '.join(s.skipped[:3])}{', ...' if len(s.skipped) > 3 else ''}: "
                      "FIFOs, sockets, devices and the results of chaosckpt runs in progress are never copied")
+    if s.left_out:
+        parts.append(f"left out: {', '.join(sorted(s.left_out)[:4])}{', ...' if len(s.left_out) > 4 else ''}")
     parts.append(confinement.note(maps))
     return "; ".join(parts)
+
+
+def lines(workdir: Path, exclude: Iterable[Path], dest_parent: Path, maps: Sequence[Path]) -> List[str]:
+    """What a trial's or a suite's first lines say of its sandboxes: ``line``, then ``ignored_line`` when it has
+    something to say."""
+    s = survey(workdir, exclude, dest_parent)
+    return [line(s, [str(m) for m in maps]), *filter(None, [ignored_line(s)])]
 
 
 def stale_checkpoint(reference: RunLog, workdir: Path) -> Optional[str]:
