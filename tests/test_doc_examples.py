@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import ast
 import inspect
+import itertools
 import re
 import shlex
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Iterator, List, Tuple
+from typing import Dict, Iterator, List, Tuple
 
 import click
 import pytest
@@ -125,12 +126,12 @@ def test_the_python_api_examples_call_it_with_keywords_it_takes():
     assert set(table) <= known | {"job"}, f"the page lists arguments chaosckpt.run lacks: {set(table) - known}"
 
 
-# The outputs the getting-started page (and the README) show, run as shown: the stdout lines and the exit status must match;
-# the stderr lines in the block are checked by shape, since they name this machine's interpreter, folders and
-# confinement.
+# The sessions the docs show, run as shown (from a copy of examples/ and tests/jobs/): the stdout lines shown and
+# the exit status must be what the command prints; the stderr lines by their start, since they name this machine's
+# interpreter, folders and confinement.
 VOLATILE = [
     (re.compile(r"\d{8}-\d{6}"), "TIMESTAMP"),
-    (re.compile(r"on \S+ examples/"), "on PYTHON examples/"),
+    (re.compile(r" on /\S+ "), " on PYTHON "),
     (re.compile(r"sandbox of .*$"), "sandbox of ..."),
 ]
 
@@ -141,32 +142,44 @@ def _normal(line: str) -> str:
     return line
 
 
-def _sessions() -> List[Tuple[str, List[str], int]]:
-    """(command, lines it shows, exit status shown) of each ``$ chaosckpt run`` block followed by ``$ echo $?`` in
-    the README and the getting-started page, each block once (the README repeats the page's)."""
-    found: List[Tuple[str, List[str], int]] = []
-    for page in (REPO / "docs" / "getting-started.md", README):
+STATUS = {"PASSED": 0, "FAILED": 1, "INCONCLUSIVE": 4}
+
+
+def _sessions() -> Dict[str, List[Tuple[List[str], int]]]:
+    """Each ``$ chaosckpt run`` a block of the README or docs/ shows with what it printed: the command, then each
+    distinct way a page shows it (the lines, the exit status: a ``$ echo $?``'s, else its verdict's). A page may
+    show fewer lines than were printed (the verdict alone)."""
+    found: Dict[str, List[Tuple[List[str], int]]] = {}
+    for page in PAGES:
         for body in _blocks(page, ""):
             lines = body.splitlines()
-            if len(lines) > 3 and lines[0].startswith("$ chaosckpt run ") and lines[-2] == "$ echo $?":
-                session = (lines[0][2:], lines[1:-2], int(lines[-1]))
-                found += [session] if session not in found else []
+            if len(lines) < 2 or not lines[0].startswith("$ chaosckpt run "):
+                continue
+            shown = list(itertools.takewhile(lambda line: not line.startswith("$ "), lines[1:]))
+            verdict = next(line.split()[0] for line in shown if not line.startswith("chaosckpt: "))
+            status = int(lines[-1]) if lines[-2:-1] == ["$ echo $?"] else STATUS[verdict]
+            variants = found.setdefault(lines[0][2:], [])
+            variants += [(shown, status)] if (shown, status) not in variants else []
     return found
 
 
-def test_the_readme_shows_the_sessions_of_the_getting_started_page():
-    assert len(_sessions()) == 2, "the README's sessions are the getting-started page's, which the test below runs"
+def test_the_docs_show_sessions_to_run():
+    assert len(_sessions()) == 4, list(_sessions())
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("command, shown, status", _sessions(), ids=[s[0] for s in _sessions()])
-def test_the_getting_started_outputs_are_what_the_commands_print(tmp_path, command, shown, status):
+@pytest.mark.parametrize("command", sorted(_sessions()))
+def test_the_sessions_the_docs_show_are_what_the_commands_print(tmp_path, command):
     project = tmp_path / "chaosckpt"
     shutil.copytree(REPO / "examples", project / "examples")
+    shutil.copytree(REPO / "tests" / "jobs", project / "tests" / "jobs")
     done = subprocess.run([sys.executable, "-m", "chaosckpt", *shlex.split(command)[1:]], cwd=project,
                           capture_output=True, text=True, timeout=600)
-    assert done.returncode == status, done.stdout + done.stderr
     printed = [_normal(line) for line in done.stdout.splitlines()]
-    assert printed == [_normal(line) for line in shown if not line.startswith("chaosckpt: ")], done.stdout
-    said = [_normal(line) for line in done.stderr.splitlines() if line.startswith("chaosckpt: ")]
-    assert [_normal(line)[:40] for line in shown if line.startswith("chaosckpt: ")] == [s[:40] for s in said]
+    said = [_normal(line)[:40] for line in done.stderr.splitlines() if line.startswith("chaosckpt: ")]
+    for shown, status in _sessions()[command]:
+        assert done.returncode == status, done.stdout + done.stderr
+        out = [_normal(line) for line in shown if not line.startswith("chaosckpt: ")]
+        assert printed[:len(out)] == out, done.stdout
+        err = [_normal(line)[:40] for line in shown if line.startswith("chaosckpt: ")]
+        assert said[:len(err)] == err, done.stderr
