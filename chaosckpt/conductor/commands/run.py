@@ -69,7 +69,9 @@ def command(args, scenario_name, params, config_path, fresh_reference, as_json, 
     (nproc, timeout, tolerance, horizon, ignore, ...) come from it: chaosckpt
     run -s enospc needs nothing else. Each finished run is recorded in the
     project's history (chaosckpt history); an interrupted one leaves its
-    result.json, inconclusive.
+    result.json, inconclusive. The uninterrupted run is cached in .chaosckpt/
+    (shared with suites) and reused until the job, the files or environment
+    variables it reads, or chaosckpt change; --fresh-reference runs it again.
     """
     from chaosckpt.conductor.trial import Interrupted, render, run_trial  # imports torch: only a trial needs it
 

@@ -241,7 +241,8 @@ def command(args, config_path, scenario_names, params, jobs, trials, seed, flake
 
     Settings come from built-in defaults, then the configuration file, then
     the command line, each overriding the one before. The reference run is
-    cached in .chaosckpt/ and reused until the job, its files or chaosckpt change.
+    cached in .chaosckpt/ and reused until the job, the files or environment
+    variables it reads, or chaosckpt change.
     """
     started = time.monotonic()
     conf = configs.with_command_line(
