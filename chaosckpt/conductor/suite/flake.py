@@ -32,7 +32,7 @@ def check(folder: Path, plan: Plan, runs: int) -> Optional[str]:
     if done.is_file():
         return json.loads(done.read_text())["difference"]
     reference = _record(folder / "reference")
-    ref_log = RunLog.read(Path(folder / "reference" / reference.events))
+    ref_log = RunLog.read(folder / "reference" / reference.events)
     difference = None
     for i in range(1, runs + 1):
         dest = folder / FOLDER / f"run-{i}"
