@@ -405,8 +405,7 @@ def _started(conf, from_cli: bool, params: Dict[str, Any], keyword: Optional[str
     folder = invocation.results_dir(Path(plan.results), "suite")
     click.echo(f"chaosckpt: suite of {len(plan.trials)} scenario(s) on {shlex.join(plan.command)} "
                f"(results in {folder})", err=True)
-    for said in preflight.lines(Path(plan.workdir), [Path(plan.results), *map(Path, plan.exclude)],
-                                folder / "sandboxes", plan.maps):
+    for said in preflight.lines(Path(plan.workdir), [Path(plan.results), *map(Path, plan.exclude)], folder, plan.maps):
         click.echo(f"chaosckpt: {said}", err=True)
     for trial in plan.trials:
         if trial.skipped:
