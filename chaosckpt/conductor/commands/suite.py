@@ -239,9 +239,8 @@ def command(args, config_path, scenario_names, params, jobs, trials, seed, flake
       chaosckpt suite --max-minutes 30                   # leave out what would not fit in 30 minutes
       chaosckpt suite --executor slurm --slurm-args "-p gpu --gpus 1 -t 1:00:00"   # each trial a Slurm job
 
-    Settings come from built-in defaults, then the configuration file, then
-    the command line, each overriding the one before. The reference run is
-    cached in .chaosckpt/ and reused until the job, the files or environment
+    Settings come from built-in defaults, then the configuration file, then the command line, each overriding the
+    one before. The reference run is cached in .chaosckpt/ and reused until the job, the files or environment
     variables it reads, or chaosckpt change.
     """
     started = time.monotonic()
