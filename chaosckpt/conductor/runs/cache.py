@@ -15,6 +15,7 @@ renamed into place, so a reader sees a whole entry or none.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -25,7 +26,7 @@ import tempfile
 from dataclasses import asdict, replace
 from importlib import metadata
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import chaosckpt
 from chaosckpt import __version__, protocol
@@ -383,6 +384,12 @@ class ReferenceCache:
         except OSError:
             shutil.rmtree(tmp, ignore_errors=True)
 
+    def keep(self, key: str, run_dir: Path, parts: Dict[str, object], record: RunRecord) -> None:
+        """Make ``run_dir`` the entry under ``key`` when its reference may serve later trials (``keepable``)."""
+        if keepable(record):
+            self.discard(key)
+            self.store(key, run_dir, parts)
+
     def discard(self, key: str) -> None:
         shutil.rmtree(self.folder / key, ignore_errors=True)
 
@@ -399,18 +406,25 @@ def reference_into(dest: Path, key_: str, parts: Dict[str, object], command: Lis
     """Fill ``dest`` with the reference run: from the project's cache, else run it to the horizon ``stop``
     (and cache it when it exited 0 or reached its horizon). A cached run stopped short of ``stop`` is run
     again; ``fresh`` runs it even when cached, replacing the entry. True when it came from the cache."""
+    with claimed(key_, workdir, exclude, command, stop, fresh) as (store, entry):
+        shutil.rmtree(dest, ignore_errors=True)  # what a killed run left there
+        if entry is not None:
+            restore(entry, dest)
+            return True
+        store.keep(key_, dest, parts, run_reference(command, workdir, dest, timeout_s, exclude, stop, maps))
+        return False
+
+
+@contextlib.contextmanager
+def claimed(key_: str, workdir: Path, exclude: Iterable[Path], command: Iterable[str], stop: Optional[Dict],
+            fresh: bool) -> Iterator[Tuple["ReferenceCache", Optional[Path]]]:
+    """Own the cache entry ``key_`` while a reference is taken from it or run for it: the project's cache, and the
+    entry when it matches the job and goes as far as ``stop`` (None when ``fresh``, when there is none, or when it
+    stopped short)."""
     store = ReferenceCache.of_project(workdir)
     lock = store.lock(key_)
     try:
         entry = None if fresh else store.lookup(key_, workdir, exclude, command)
-        shutil.rmtree(dest, ignore_errors=True)  # what a killed run left there
-        if entry is not None and reaches(entry, stop):
-            restore(entry, dest)
-            return True
-        record = run_reference(command, workdir, dest, timeout_s, exclude, stop, maps)
-        if keepable(record):
-            store.discard(key_)
-            store.store(key_, dest, parts)
-        return False
+        yield store, entry if entry is not None and reaches(entry, stop) else None
     finally:
         locks.release(lock)

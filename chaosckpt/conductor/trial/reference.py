@@ -8,7 +8,7 @@ from typing import NamedTuple, Tuple
 from chaosckpt import protocol
 from chaosckpt.conductor.disk import cross_device
 from chaosckpt.conductor.results.result import Finding, RunRecord
-from chaosckpt.conductor.runs import cache, confinement, diskspace, exits, horizon, locks, preflight
+from chaosckpt.conductor.runs import cache, confinement, diskspace, exits, horizon, preflight
 from chaosckpt.conductor.runs.runlog import RunLog
 from chaosckpt.conductor.trial import async_saves, compare
 from chaosckpt.conductor.trial.context import Context
@@ -60,24 +60,17 @@ def _ran(ctx: Context) -> RunRecord:
     parts = cache.key_parts(opts.command, opts.resume_command, [str(m) for m in opts.maps],
                             [str(e) for e in opts.exclude[1:]])
     key = cache.key(parts)
-    store = cache.ReferenceCache.of_project(opts.workdir)
-    lock = store.lock(key)
-    try:
-        entry = None if opts.fresh_reference else store.lookup(key, opts.workdir, opts.exclude, opts.command)
-        if entry is not None and cache.reaches(entry, stop):
+    with cache.claimed(key, opts.workdir, opts.exclude, opts.command, stop, opts.fresh_reference) as (store, entry):
+        if entry is not None:
             return _restored(ctx, entry)
         box = ctx.sandbox("reference")
         ctx.launch("reference", opts.command, box, stop=stop, env={protocol.ENV_INPUTS: "1"})
-        record = ctx.runs[-1]
+        record, dest = ctx.runs[-1], opts.results_dir / "reference"
         if cache.keepable(record):
-            dest = opts.results_dir / "reference"
             cache.write_inputs(dest, box, opts.workdir, [*opts.exclude, dest], opts.command)
             cache.write_entry(dest, record)
-            store.discard(key)
-            store.store(key, dest, parts)
+        store.keep(key, dest, parts, record)
         return record
-    finally:
-        locks.release(lock)
 
 
 def _restored(ctx: Context, source: Path) -> RunRecord:
