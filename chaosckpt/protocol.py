@@ -77,7 +77,8 @@ and ``pid``. The event types and their own fields:
                 destination file existed and was rewritten in place).
 ``save-end``    the checkpoint ended: the next step began, its background thread or task
                 ended, or the process exits. ``save``, ``ok`` (every call returned), ``bytes``
-                and ``writes`` (across its calls), ``error`` (the first call's error, or null),
+                and ``writes`` (across its calls), ``sizes`` (the bytes of each file it wrote, in the
+                order their first bytes came), ``error`` (the first call's error, or null),
                 ``content`` (findings about its objects taken together: view bloat, RNG states
                 missing for streams the loop draws from, no step); ``unfinished`` (a background
                 thread was still writing it when the process exited: it never landed);
@@ -268,6 +269,7 @@ class FaultSpec(_FaultSpecHead, total=False):
     track: List[str]
     write_ends: bool
     file: str
+    file_index: int
     steps_in_flight: int
     handed_step: int
 
@@ -275,7 +277,7 @@ class FaultSpec(_FaultSpecHead, total=False):
 _FIELD_TYPES: Dict[str, Tuple[type, ...]] = {
     "at_byte": (int,), "at_write": (int,), "at_op": (int,), "free_bytes": (int,), "rank": (int, type(None)),
     "after_save": (bool,), "after_load": (bool,), "write_ends": (bool,), "track": (list,), "file": (str,),
-    "steps_in_flight": (int,), "handed_step": (int,),
+    "file_index": (int,), "steps_in_flight": (int,), "handed_step": (int,),
 }
 
 

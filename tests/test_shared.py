@@ -18,11 +18,22 @@ from chaosckpt.conductor.trial import shared
 
 def test_a_byte_fires_in_the_write_that_holds_it_and_a_write_number_starts_where_the_one_before_ended():
     ends = [10, 30, 60]
-    assert shared._cut({"at_byte": 0}, ends) == (0, 1)
-    assert shared._cut({"at_byte": 10}, ends) == (10, 2)
-    assert shared._cut({"at_byte": 59}, ends) == (59, 3)
-    assert shared._cut({"at_write": 1}, ends) == (0, 1)
-    assert shared._cut({"at_write": 3}, ends) == (30, 3)
+    assert shared._cut({"at_byte": 0}, ends, [60]) == (0, 1)
+    assert shared._cut({"at_byte": 10}, ends, [60]) == (10, 2)
+    assert shared._cut({"at_byte": 59}, ends, [60]) == (59, 3)
+    assert shared._cut({"at_write": 1}, ends, [60]) == (0, 1)
+    assert shared._cut({"at_write": 3}, ends, [60]) == (30, 3)
+
+
+def test_a_byte_of_one_file_counts_from_that_files_start_and_one_past_its_end_never_fires():
+    """The shared run wrote its save's first file in two writes (30 bytes) and its second in one (30): byte 5 of
+    the second file is byte 35 of the save, in write 3; a byte past the second file's end, or a third file, is a
+    place the agent never reaches in that run."""
+    ends, sizes = [10, 30, 60], [30, 30]
+    assert shared._cut({"file_index": 2, "at_byte": 5}, ends, sizes) == (35, 3)
+    assert shared._cut({"file_index": 1, "at_byte": 29}, ends, sizes) == (29, 2)
+    assert shared._cut({"file_index": 2, "at_byte": 30}, ends, sizes) is None
+    assert shared._cut({"file_index": 3, "at_byte": 0}, ends, sizes) is None
 
 
 def journal(root: str, header: int = 0):

@@ -118,6 +118,51 @@ def test_enospc_at_a_fraction_of_the_checkpoint_lands_in_the_writer_carrying_tha
     assert os.path.getsize(tmp_path / "ckpt" / landing) == 100
 
 
+def test_a_save_reports_each_file_s_bytes_in_the_order_they_were_written(tmp_path, patched):
+    reference = _reference(tmp_path, patched)
+    assert reference.sizes == [f["bytes"] for f in reference.files] and sum(reference.sizes) == reference.bytes
+
+
+def _two_files(rec, model, opt, folder, grow=0):
+    """A checkpoint of three files: ``model.pth`` (torch.save, which opens the checkpoint), then, written with
+    ``open``, ``a.bin`` (1000 bytes, ``grow`` more: a job writing its own folder's path into it, in a folder of
+    another length) and ``b.bin`` (2000 bytes)."""
+    _step(rec, opt)
+    folder.mkdir(exist_ok=True)
+    _save(rec, model.state_dict(), str(folder / "model.pth"))
+    (folder / "a.bin").write_bytes(b"a" * (1000 + grow))
+    (folder / "b.bin").write_bytes(b"b" * 2000)
+    _step(rec, opt)
+
+
+@pytest.mark.parametrize("grow", [-64, 64])
+@pytest.mark.parametrize("into_a, landing, left", [(1000, "b.bin", 0), (999, "a.bin", 500), (1500, "b.bin", 500),
+                                                   (2999, "b.bin", 1000)])
+def test_a_fraction_of_the_save_cuts_the_file_that_held_it_in_the_reference_when_the_file_before_changed_size(
+        tmp_path, patched, grow, into_a, landing, left):
+    """A fraction of the reference's save is armed as a byte of the file that held it (at most half way into a
+    small file, so a file a little shorter in another run is still cut): the first byte of ``b.bin`` cuts ``b.bin``
+    before its first byte however long ``a.bin`` is, where counted across the save the same byte would cut
+    ``a.bin`` short or ``b.bin`` past its start. ``into_a``: the byte, counted from ``a.bin``'s start."""
+    from chaosckpt.conductor.faults import arming
+    from chaosckpt.conductor.faults.trigger import Trigger
+
+    events, rec, model, opt = _job()
+    patched(rec)
+    _two_files(rec, model, opt, tmp_path / "ref")
+    (reference,) = _process(events.events).saves
+    head = os.path.getsize(tmp_path / "ref" / "model.pth")
+    assert reference.sizes == [head, 1000, 2000] and reference.bytes == head + 3000
+    placed = arming.in_save(Trigger(save=1, fraction=(head + into_a + 0.5) / reference.bytes), reference)
+    events, rec, model, opt = _job(protocol.fault_spec("enospc", 1, **placed))
+    patched(rec)
+    with pytest.raises(OSError):
+        _two_files(rec, model, opt, tmp_path / "ckpt", grow)
+    (event,) = [e for e in events.events if e["t"] == "fault"]
+    assert os.path.basename(event["path"]) == landing and event["bytes"] == left
+    assert os.path.getsize(tmp_path / "ckpt" / landing) == left
+
+
 def test_a_fault_in_one_named_file_counts_that_file_s_bytes(tmp_path, patched):
     event, _ = _faulted(tmp_path, patched, protocol.fault_spec("enospc", 1, at_byte=10, file="best.pth"))
     assert os.path.basename(event["path"]) == "best.pth" and event["bytes"] == 10

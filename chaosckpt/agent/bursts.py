@@ -30,6 +30,7 @@ class Checkpoint:
         self.idle_since = step  # the training step at which its last save call or move returned
         self.bytes = 0
         self.writes = 0
+        self.sizes: List[int] = []  # bytes of each of its files, in the order their first bytes came
         self.error: Optional[str] = None
         self.scans: List[Dict[str, object]] = []
         self.whole = False  # the current call saves a whole training state (model and optimizer) in one file

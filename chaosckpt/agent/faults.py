@@ -2,8 +2,10 @@
 
 A fault is a ``protocol.FaultSpec``: a ``kind``, the ``save`` (1-based, counted in the
 process: a checkpoint, every save call between two steps) it concerns, one placement,
-and optionally ``rank``, ``track`` and ``file`` (the file name within the checkpoint
-whose bytes ``at_byte`` / ``at_write`` count; else they count across the checkpoint):
+and optionally ``rank``, ``track`` and the one file of the checkpoint whose bytes
+``at_byte`` / ``at_write`` count: ``file`` (its name) or ``file_index`` (its place among
+the checkpoint's files, in the order their first bytes come); else they count across
+the checkpoint:
 
 - ``halt``: hold the job still and raise a flag; the conductor SIGKILLs the whole
   tree. Placed at ``at_byte`` or before write ``at_write`` of the save, after
@@ -65,6 +67,10 @@ class ArmedFault:
     """Report where each write of the save ended (``save-end``'s ``ends``): a suite rebuilds kills at any byte
     or write of it from one shared run."""
     file: Optional[str] = None
+    file_index: Optional[int] = None
+    """The fault counts in the checkpoint's file whose first bytes came ``file_index``-th: the conductor places a
+    fraction of a save in the file that holds it, so the same file is cut when another run's files differ in size
+    (a job that writes its own folder's path into its checkpoints)."""
     steps_in_flight: Optional[int] = None
     """A save on a background thread: the fault at its place waits until the training thread has taken this many
     steps since the save began, so that it strikes while both the training and the write run."""
@@ -81,6 +87,10 @@ class ArmedFault:
 
     def applies_to(self, rank: Optional[int]) -> bool:
         return self.rank is None or self.rank == (rank or 0)
+
+    def per_file(self) -> bool:
+        """Whether its place is counted in one file of the checkpoint, not across all of them."""
+        return self.file is not None or self.file_index is not None
 
     def cut(self, writes_done: int, bytes_done: int, size: int) -> Optional[int]:
         """Bytes of the next write of the save to let through before firing, or None if it does not fire there."""

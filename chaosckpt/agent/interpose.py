@@ -306,8 +306,10 @@ def safetensors_save_file(rec: Recorder, original: Callable) -> Callable:
         with rec.recording_save(path, "safetensors", tensors) as save:
             if rec.fault is None:
                 original(tensors, filename, metadata=metadata)
-                save.checkpoint.bytes += os.path.getsize(path)
+                size = os.path.getsize(path)
+                save.checkpoint.bytes += size
                 save.checkpoint.writes += 1
+                save.checkpoint.sizes.append(size)
                 return None
             data = st.save(tensors, metadata=metadata)
             fd, tmp = tempfile.mkstemp(prefix=".tmp", dir=os.path.dirname(os.path.abspath(path)))

@@ -532,7 +532,7 @@ class Recorder(Bursts):
         except Exception:  # an object it cannot judge: the checkpoint is still recorded
             pass
         self.emit("save-end", save=ckpt.index, ok=ckpt.error is None, bytes=ckpt.bytes, writes=ckpt.writes,
-                  error=ckpt.error, **({"content": content} if content else {}))
+                  sizes=ckpt.sizes, error=ckpt.error, **({"content": content} if content else {}))
         if self.horizon is not None:
             self.horizon.saved(ckpt.index, ckpt.step, ckpt.began)
         fault = self.fault

@@ -31,6 +31,8 @@ OWN_WRITERS = ("path", "fileobj", "safetensors")
 
 _ARMED = threading.Lock()
 """Held around an armed checkpoint's writes: DCP writes its files from threads, and the fault fires once."""
+_ORDINALS = threading.Lock()
+"""Held while a file of a checkpoint takes its place among the checkpoint's files."""
 
 
 class FileTally:
@@ -41,6 +43,7 @@ class FileTally:
         self.rec = rec
         self.checkpoint = checkpoint
         self.path = None if path is None else os.path.abspath(path)
+        self._ordinal: Optional[int] = None
         self.writes = 0
         self.bytes = 0
         self.full = False  # an ENOSPC fired in this file: the disk stays full for it
@@ -82,11 +85,20 @@ class FileTally:
                 self.checkpoint.folders.add(folder)
 
     def _counted(self) -> Any:
-        return self if self.fault is not None and self.fault.file is not None else self.checkpoint
+        return self if self.fault is not None and self.fault.per_file() else self.checkpoint
+
+    def ordinal(self) -> int:
+        """Its place among the checkpoint's files, in the order their first bytes came (given at its first)."""
+        if self._ordinal is None:
+            with _ORDINALS:
+                self.checkpoint.sizes.append(0)
+                self._ordinal = len(self.checkpoint.sizes)
+        return self._ordinal
 
     def count(self, size: int) -> None:
         self.writes += 1
         self.bytes += size
+        self.checkpoint.sizes[self.ordinal() - 1] += size
         if self.ends is not None:
             self.ends.append(self.bytes)
         self.checkpoint.writes += 1
@@ -120,7 +132,8 @@ class FileTally:
             return self._count(size, send(None))
         with _ARMED:
             counted = self._counted()
-            cut = self.fault.cut(counted.writes, counted.bytes, size) if self.fault is not None else None
+            elsewhere = self.fault is None or self.fault.file_index not in (None, self.ordinal())
+            cut = None if elsewhere else self.fault.cut(counted.writes, counted.bytes, size)
             if cut is None:
                 return self._count(size, send(None))
             preempted = self.fault.kind == "preempt"

@@ -82,7 +82,27 @@ def _in_save(trigger: Trigger, target: Save) -> Dict:
         if trigger.write > target.writes:
             raise NotArmable(f"save {trigger.save} makes {target.writes} writes; --param write={trigger.write} is past its end")
         return {"at_write": trigger.write}
-    return {"at_byte": min(int(target.bytes * trigger.fraction), max(target.bytes - 1, 0))}
+    at = min(int(target.bytes * trigger.fraction), max(target.bytes - 1, 0))
+    if sum(target.sizes) != target.bytes or not target.bytes:
+        return {"at_byte": at}
+    return in_file(target.sizes, at)
+
+
+IN_FILE_MARGIN = 4096
+"""A fraction's byte is placed at least this far (or half the file, for a smaller one) before its file's end."""
+
+
+def in_file(sizes: List[int], at: int) -> Dict[str, int]:
+    """Byte ``at`` of a save whose files got ``sizes`` bytes (in the order they were written), as a place in one
+    file: its number and a byte of it, at most ``IN_FILE_MARGIN`` (or half the file) from its start when ``at``
+    lies nearer its end. Another run of the job may write a file a few bytes longer or shorter (a path of its own
+    folder in it); counted this way, the same file is cut, never the end of the one before or past the end of one."""
+    start = 0
+    for index, size in enumerate(sizes, 1):
+        if at < start + size:
+            return {"file_index": index, "at_byte": min(at - start, max(size - IN_FILE_MARGIN, size // 2))}
+        start += size
+    raise ValueError(f"byte {at} is past the save's {start} bytes")
 
 
 def tracked(roots: List[str]) -> List[str]:

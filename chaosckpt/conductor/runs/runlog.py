@@ -28,6 +28,8 @@ class Save:
     ok: Optional[bool] = None  # None: the save never returned (the process died inside it)
     bytes: int = 0
     writes: int = 0
+    sizes: List[int] = field(default_factory=list)
+    """Bytes of each file it wrote, in the order their first bytes came."""
     error: Optional[str] = None
     ends: Optional[List[int]] = None
     """Where each write of the save ended, in bytes from its start, when the fault asked for them."""
@@ -154,6 +156,7 @@ def _process(events: List[Event]) -> ProcessLog:
         elif kind == "save-end" and e["save"] in by_index:
             save = by_index[e["save"]]
             save.ok, save.bytes, save.writes, save.error = e["ok"], e["bytes"], e["writes"], e.get("error")
+            save.sizes = e.get("sizes", [])
             save.content = e.get("content", [])
             save.unfinished, save.waiting = bool(e.get("unfinished")), bool(e.get("waiting"))
             save.ended_ts = e["ts"]

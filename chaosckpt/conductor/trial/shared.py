@@ -122,7 +122,10 @@ def rebuild(ctx: Context, armed: Armed, prefix: Path) -> Optional[Faulted]:
     if proc is None or not ends or saves[0].path is None or saves[0].thread is not None:
         return None  # a background save's kill is pinned in a run of its own: the training held at its step
     target = saves[0]
-    at, write = _cut(armed.fault, ends)
+    cut = _cut(armed.fault, ends, target.sizes)
+    if cut is None:
+        return None
+    at, write = cut
     state = _crash_state(initial, log.ops(), target, at) if write <= len(ends) else None
     if state is None:
         return None
@@ -249,12 +252,18 @@ def _specials(directory: str, names: List[str]) -> List[str]:
     return [n for n in names if sandbox.special(os.lstat(os.path.join(directory, n)).st_mode)]
 
 
-def _cut(fault: dict, ends: List[int]) -> Tuple[int, int]:
-    """Bytes of the save written when the agent would have fired, and the number of the write it fired in."""
+def _cut(fault: dict, ends: List[int], sizes: List[int]) -> Optional[Tuple[int, int]]:
+    """Bytes of the save written when the agent would have fired, and the number of the write it fired in; None
+    where it would not have fired (a byte past the end of the file it counts in)."""
     if fault.get("at_write") is not None:
         write = fault["at_write"]
         return (ends[write - 2] if write > 1 else 0), write
     at = fault["at_byte"]
+    index = fault.get("file_index")
+    if index is not None:
+        if index > len(sizes) or at >= sizes[index - 1]:
+            return None
+        at += sum(sizes[: index - 1])
     return at, bisect.bisect_right(ends, at) + 1
 
 
