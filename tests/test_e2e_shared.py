@@ -153,3 +153,33 @@ def test_a_verdict_table_row_gives_one_verdict_alone_cached_in_a_shared_suite_an
     shared, own = sorted((tmp_path / "results").glob("*-suite*"))  # the suite of its own took the cached reference
     assert json.loads((own / "reference" / "run.json").read_text()) == json.loads(
         (shared / "reference" / "run.json").read_text())
+
+
+OWN_PATH = """
+command = "train.py"
+[[scenarios]]
+scenario = "kill9-mid-save"
+id = "k"
+[[scenarios]]
+scenario = "kill9-mid-save"
+id = "a-trial-whose-id-is-long-enough-to-move-its-sandbox-past-a-64-byte-boundary"
+"""
+"""Two trials of one kill (half of save 2) whose sandboxes' paths differ in length by 70 characters."""
+
+
+def test_one_kill_in_a_job_that_writes_its_own_path_into_its_checkpoints_cuts_one_file_in_every_sandbox(tmp_path):
+    """own_path_job.py's files grow by 64 bytes in a longer folder, and half of its save 2 is the first byte of
+    current.pt: counted across the save, the trial whose sandbox path is long cut step_16.pt 64 bytes short instead,
+    and its resume went on from step 8 (PASSED) where the other's crashed (own_path_job.truth.md). Placed in the
+    file that held that byte in the reference run, both cut current.pt at its first byte."""
+    project = tmp_path / "project"
+    project.mkdir()
+    shutil.copy(REPO / "tests" / "jobs" / "own_path_job.py", project / "train.py")
+    (project / "chaosckpt.toml").write_text(OWN_PATH)
+    res = run_chaosckpt(["suite", "--no-shrink", "--json"], cwd=project)
+    assert res.returncode == 1, res.stdout + res.stderr
+    trials = [t["result"] for t in json.loads(res.stdout)["trials"]]
+    assert len(trials) == 2 and len({equivalence.signature(t) for t in trials}) == 1
+    assert [(t["fault"]["path"], t["fault"]["bytes"]) for t in trials] == [("ckpt/current.pt", 0)] * 2
+    assert trials[0]["status"] == "failed" and trials[0]["outcome"] == "crashed"
+    assert table.cause(trials[0]) == "crashed, resume-chose-incomplete"
