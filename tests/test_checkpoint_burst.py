@@ -255,9 +255,27 @@ def test_a_whole_training_state_finished_inside_an_interrupted_checkpoint_is_goo
     from chaosckpt.conductor.disk import checkpoints
 
     save = _saved(1, 4, [tmp_path / "epoch=0-step=4.ckpt"])
+    save.ok = None  # the fault struck inside it: it never ended
     assert checkpoints.good_part(save) == []
     save.files[0]["whole"] = True
     assert checkpoints.good_part(save) == [save]
+    save.ok = True  # a checkpoint that ended is complete as it is, never a part
+    assert checkpoints.good_part(save) == []
+
+
+def test_the_good_part_of_an_interrupted_checkpoint_leaves_out_the_file_the_fault_cut(tmp_path):
+    """A full disk failed the write of ``current.pt`` after ``step_16.pt`` was finished: the good part is
+    ``step_16.pt`` alone, so ``current.pt`` is neither a file of the last good checkpoint (an in-place save over it
+    held step 8's) nor out of reach of the resume's choice of an incomplete file."""
+    from chaosckpt.conductor.disk import checkpoints
+
+    step16, current = str(tmp_path / "step_16.pt"), str(tmp_path / "current.pt")
+    save = _saved(2, 16, [step16, current])
+    save.ok = False
+    save.files[0]["whole"] = save.files[1]["whole"] = True
+    save.files[1]["ok"] = False
+    (part,) = checkpoints.good_part(save)
+    assert checkpoints.files(part) == [step16] and checkpoints.files(save) == [step16, current]
 
 
 def test_the_agent_marks_a_file_holding_model_and_optimizer_as_whole(tmp_path):

@@ -4,6 +4,7 @@ complete and incomplete ones."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Callable, List, Optional, Sequence
 
@@ -126,8 +127,11 @@ def interrupted_save(proc: ProcessLog) -> Optional[Save]:
 
 
 def good_part(interrupted: Optional[Save]) -> List[Save]:
-    """The interrupted checkpoint, when a file of it that holds a whole training state was finished before the
-    fault (Lightning's ``epoch=E-step=N.ckpt`` before its ``last.ckpt``): that state is good."""
-    if interrupted is not None and any(f.get("ok") and f.get("whole") for f in interrupted.files):
-        return [interrupted]
-    return []
+    """What the interrupted checkpoint finished, when a file of it that holds a whole training state was finished
+    before the fault (Lightning's ``epoch=E-step=N.ckpt`` before its ``last.ckpt``): that state is good. Its files
+    are those its save calls finished; one the fault cut (a full disk's failed write) is not part of it."""
+    if interrupted is None or interrupted.ok or not any(f.get("ok") and f.get("whole") for f in interrupted.files):
+        return []
+    cut = {f.get("path") for f in interrupted.files if not f.get("ok")}
+    return [dataclasses.replace(interrupted, files=[f for f in interrupted.files if f.get("ok")],
+                                moves=[m for m in interrupted.moves if m["src"] not in cut])]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Tuple
 
+from chaosckpt.conductor.disk import checkpoints
 from chaosckpt.conductor.results.result import Finding
 from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog, Save
 
@@ -156,7 +157,7 @@ def _unsaved(sent: Dict, ranks: Dict[int, ProcessLog], missed: bool) -> Optional
     if proc is None:
         return None
     reached = _last_step(proc)
-    saved = proc.completed_saves()
+    saved = proc.completed_saves() + checkpoints.good_part(checkpoints.interrupted_save(proc))
     last = saved[-1].step if saved else 0
     if reached is None or reached <= last:
         return None

@@ -77,10 +77,9 @@ def caught(ctx: Context, armed: Armed, result: Optional[RunResult], log: RunLog,
     """Where the fault fired in ``proc`` and what the job had saved by then."""
     event = proc.fault
     sent = result.preempted if result is not None else None
-    if sent is not None:  # the job went on after the signal: every checkpoint it finished by its end counts
-        completed = proc.completed_saves()
-    else:
-        completed = proc.completed_saves(before=event["ts"]) + checkpoints.good_part(checkpoints.interrupted_save(proc))
+    # a preempted job may go on after the signal: every checkpoint it finished by its end counts
+    completed = proc.completed_saves(before=None if sent is not None else event["ts"])
+    completed += checkpoints.good_part(checkpoints.interrupted_save(proc))
     fault: FaultRecord = {
         "kind": event["fault"],
         "save": event["save"],
