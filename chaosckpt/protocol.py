@@ -95,8 +95,10 @@ and ``pid``. The event types and their own fields:
                 before the first step adds ``rng`` (the process-wide streams'
                 fingerprints right after it).
 ``fault``       the armed fault fired. ``fault`` (kind), ``save``, and where:
-                ``write`` (index of the write it fired in), ``bytes`` (bytes of
-                the save on disk at that moment), ``path``; or ``op`` (journal
+                ``write`` (index of the write it fired in), ``bytes`` (bytes
+                written by then), ``path``, both counted in the one file the
+                fault counts in (``file``, ``file_index``), else across the
+                save; or ``op`` (journal
                 operation it followed); or ``after_save``; or ``free_bytes``;
                 or ``module`` (the restored module an ``eval`` fault put in eval mode).
                 ``writing``: the files the process was still writing (their save

@@ -129,6 +129,22 @@ def test_nothing_is_lost_when_the_signal_came_right_after_a_checkpoint_of_the_st
     assert judged.findings(sent(), log, 0, {}) == []
 
 
+def test_nothing_is_lost_when_the_signal_ended_the_job_inside_a_save_after_it_finished_a_whole_state():
+    """own_path_job.py: the SIGTERM's default action ends the job between ``step_16.pt`` (finished, a whole training
+    state) and ``current.pt`` of save 2: step 16 is saved, no step is lost, as the kill that lands there says."""
+    out = events(steps=16, saves=PERIODIC[:1], exited=False)
+    out += [{"t": "save-begin", "pid": 2, "save": 2, "step": 16, "digest": "d", "ts": 999.0},
+            {"t": "save-file", "pid": 2, "save": 2, "path": "/w/ckpt/step_16.pt", "bytes": 3000, "ok": True,
+             "whole": True},
+            {"t": "fault", "pid": 2, "fault": "preempt", "save": 2, "write": 1, "bytes": 0,
+             "path": "/w/ckpt/current.pt", "ts": SENT_TS}]
+    default = sent(handling={"2": "default"}, ended_in_grace=True)
+    assert "no-emergency-save" not in kinds(judged.findings(default, RunLog.of([out]), -15, {}))
+    out = [e for e in out if e.get("path") != "/w/ckpt/step_16.pt"]  # nothing of save 2 finished: 8 steps lost
+    lost = kinds(judged.findings(default, RunLog.of([out]), -15, {}))["no-emergency-save"]
+    assert lost.details["steps_lost"] == 8
+
+
 def test_a_rank_the_launcher_never_signalled_that_trained_on_is_named():
     rank0 = events(pid=3, rank=0, steps=20, saves=PERIODIC[:1], exited=False)
     rank1 = events(pid=4, rank=1, steps=20, saves=[], exited=False)
