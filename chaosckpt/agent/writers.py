@@ -88,7 +88,8 @@ class FileTally:
         return self if self.fault is not None and self.fault.per_file() else self.checkpoint
 
     def ordinal(self) -> int:
-        """Its place among the checkpoint's files, in the order their first bytes came (given at its first)."""
+        """Its place among the checkpoint's files, in the order their first bytes came (given at its first bytes
+        counted: a file written nothing has none)."""
         if self._ordinal is None:
             with _ORDINALS:
                 self.checkpoint.sizes.append(0)
@@ -132,7 +133,8 @@ class FileTally:
             return self._count(size, send(None))
         with _ARMED:
             counted = self._counted()
-            elsewhere = self.fault is None or self.fault.file_index not in (None, self.ordinal())
+            place = self._ordinal or len(self.checkpoint.sizes) + 1  # its first counted bytes would take the next
+            elsewhere = self.fault is None or self.fault.file_index not in (None, place)
             cut = None if elsewhere else self.fault.cut(counted.writes, counted.bytes, size)
             if cut is None:
                 return self._count(size, send(None))

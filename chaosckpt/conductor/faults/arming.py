@@ -1,7 +1,7 @@
 """What every fault kind arms with: from a trigger and the reference run's saves to the fault spec's save and place.
 
 The reference run tells where save ``k`` is and how large it is, so that "half of
-save 2" becomes a byte offset, and which directories hold checkpoints, so the
+save 2" becomes a byte of the file that held it, and which directories hold checkpoints, so the
 durability journal watches them in the faulted run.
 """
 
