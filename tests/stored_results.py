@@ -54,7 +54,7 @@ def stored_suite(tmp_path: Path) -> Path:
         ok, fault=fault, last_good_step=4, recovered_step=4, outcome="last-good", lost_steps=4, reproduced=True, compared_steps=8)))
     (bad / "result.json").write_text(json.dumps(trial_doc(
         "failed", "FAILED kill9-mid-save: resumed from the last good checkpoint (step 4) but diverged from the uninterrupted run at step 7 <script>",
-        bad, fault=fault, last_good_step=4, recovered_step=4, outcome="last-good", lost_steps=4, reproduced=False,
+        bad, fault={**fault, "in_file": True}, last_good_step=4, recovered_step=4, outcome="last-good", lost_steps=4, reproduced=False,
         first_divergent_step=7, max_loss_diff=0.3, compared_steps=8,
         findings=[{"kind": "rng-not-restored", "message": "the numpy stream was not restored", "stream": "numpy"}])))
     return folder

@@ -105,7 +105,8 @@ def test_html_is_one_self_contained_page_with_a_plot_per_trial_that_ran(suite_di
     assert "<script" not in page.replace("&lt;script&gt;", "")  # the headline's text is escaped, never markup
     assert "bad&lt;b&gt;" in page
     assert not [u for u in ("src=\"http", "href=\"http", "@import", "url(http") if u in page]
-    assert "the fault hit save 2 after 50 bytes (write 2), at step 8" in page
+    assert "the fault hit save 2 after 50 bytes (write 2), at step 8, writing ckpt.pt" in page  # counted in the save
+    assert "the fault hit save 2, at step 8, 50 bytes into ckpt.pt (its write 2)" in page  # a fraction, in one file
     assert "rng-not-restored" in page and "first divergent step" in page
 
 

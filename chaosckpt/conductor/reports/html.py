@@ -29,6 +29,8 @@ def timeline(stored: StoredTrial) -> List[str]:
         where = f" after {fault['bytes']} bytes (write {fault['write']})" if fault.get("bytes") is not None else ""
         at = f", at step {fault['step']}" if fault.get("step") is not None else ""
         writing = f", writing {fault['path']}" if fault.get("path") else ""
+        if fault.get("in_file") and fault.get("path"):
+            where, writing = "", f", {fault['bytes']} bytes into {fault['path']} (its write {fault['write']})"
         facts.append(f"the fault hit save {fault['save']}{where}{at}{writing}{_in_flight(fault)}")
     if trial.last_good_step is not None:
         facts.append(f"the last good checkpoint was step {trial.last_good_step}")

@@ -56,6 +56,9 @@ class FaultRecord(TypedDict, total=False):
     op: int
     free_bytes: int
     path: Optional[str]
+    in_file: bool
+    """``write`` and ``bytes`` count in the file ``path`` alone (the fault was placed in one file of the save: a
+    fraction, or ``file=``), not across the save."""
     files: Dict[str, Optional[int]]
     """Size on disk (null: missing) of every file the job saved to, as the fault left them: the files its save calls
     wrote, the names its renames put in place, and those the fault caught it writing or copying into."""

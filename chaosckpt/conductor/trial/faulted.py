@@ -88,6 +88,8 @@ def caught(ctx: Context, armed: Armed, result: Optional[RunResult], log: RunLog,
         "path": rel(event.get("path"), armed.work),
         "files": files_after_fault(ctx, proc, armed.work),
     }
+    if "write" in event and (armed.fault.get("file") or armed.fault.get("file_index")):
+        fault["in_file"] = True
     if sent is not None:
         fault["preemption"] = emergency_saves.record(sent, log, step, result.returncode if result is not None else None)
     if proc.background_error is not None:
