@@ -126,6 +126,12 @@ def interrupted_save(proc: ProcessLog) -> Optional[Save]:
     return found[0] if found else None
 
 
+def saved(proc: ProcessLog, before: Optional[float] = None) -> List[Save]:
+    """The checkpoints ``proc`` saved: those it completed (begun by ``before``, when given) and the finished part of
+    the one its fault interrupted (``good_part``)."""
+    return proc.completed_saves(before=before) + good_part(interrupted_save(proc))
+
+
 def good_part(interrupted: Optional[Save]) -> List[Save]:
     """What the interrupted checkpoint finished, when a file of it that holds a whole training state was finished
     before the fault (Lightning's ``epoch=E-step=N.ckpt`` before its ``last.ckpt``): that state is good. Its files

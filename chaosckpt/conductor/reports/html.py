@@ -26,11 +26,12 @@ def timeline(stored: StoredTrial) -> List[str]:
         facts.append("it saved after steps " + ", ".join(str(s.step) for s in saver.completed_saves()))
     if trial.fault:
         fault = trial.fault
-        where = f" after {fault['bytes']} bytes (write {fault['write']})" if fault.get("bytes") is not None else ""
         at = f", at step {fault['step']}" if fault.get("step") is not None else ""
-        writing = f", writing {fault['path']}" if fault.get("path") else ""
-        if fault.get("in_file") and fault.get("path"):
+        if fault.get("in_file") and fault.get("path"):  # its bytes and write counted in that one file
             where, writing = "", f", {fault['bytes']} bytes into {fault['path']} (its write {fault['write']})"
+        else:
+            where = f" after {fault['bytes']} bytes (write {fault['write']})" if fault.get("bytes") is not None else ""
+            writing = f", writing {fault['path']}" if fault.get("path") else ""
         facts.append(f"the fault hit save {fault['save']}{where}{at}{writing}{_in_flight(fault)}")
     if trial.last_good_step is not None:
         facts.append(f"the last good checkpoint was step {trial.last_good_step}")

@@ -157,7 +157,7 @@ def _unsaved(sent: Dict, ranks: Dict[int, ProcessLog], missed: bool) -> Optional
     if proc is None:
         return None
     reached = _last_step(proc)
-    saved = proc.completed_saves() + checkpoints.good_part(checkpoints.interrupted_save(proc))
+    saved = checkpoints.saved(proc)
     last = saved[-1].step if saved else 0
     if reached is None or reached <= last:
         return None

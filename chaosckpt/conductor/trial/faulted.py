@@ -78,8 +78,7 @@ def caught(ctx: Context, armed: Armed, result: Optional[RunResult], log: RunLog,
     event = proc.fault
     sent = result.preempted if result is not None else None
     # a preempted job may go on after the signal: every checkpoint it finished by its end counts
-    completed = proc.completed_saves(before=None if sent is not None else event["ts"])
-    completed += checkpoints.good_part(checkpoints.interrupted_save(proc))
+    completed = checkpoints.saved(proc, before=None if sent is not None else event["ts"])
     fault: FaultRecord = {
         "kind": event["fault"],
         "save": event["save"],
