@@ -199,6 +199,27 @@ def test_an_older_resume_names_the_file_it_loaded_and_the_newer_complete_one_it_
     assert older_choice.passed_over(run, took_newest, 4, work) == []  # its own file held an older state
 
 
+def test_a_resume_that_took_other_tensors_from_a_checkpoint_is_placed_at_that_checkpoint_by_its_file(tmp_path):
+    """The EMA copy of the checkpoint of step 8, loaded from the name its temporary file was renamed to: the resume
+    started from step 8's checkpoint, whatever tensors it took from it; a file no complete save holds places it
+    nowhere."""
+    ckpt = tmp_path / "ckpt"
+    tmp, last = str(ckpt / "last.pt.tmp"), str(ckpt / "last.pt")
+    saves = [_save(1, 4, tmp), _save(2, 8, tmp)]
+    for save in saves:
+        save.moves = [{"how": "rename", "src": tmp, "dst": last, "ok": True, "copied": False}]
+    run = Faulted(result=None, log=RunLog([]), proc=ProcessLog(pid=1), step=12, fault=None, completed=saves)
+
+    def resumed(path: str) -> RunLog:
+        return RunLog([ProcessLog(pid=2, loads=[{"path": path, "ok": True, "ts": 1.0}],
+                                  steps=[{"step": 1, "ts": 2.0, "loss": [1.0]}])])
+
+    assert older_choice.step_loaded(run, resumed(last)) == 8
+    assert older_choice.step_loaded(run, resumed(str(ckpt / "other.pt"))) is None
+    assert compare.placed(8, 8).outcome == "last-good" and compare.placed(4, 8).outcome == "older"
+    assert compare.placed(0, 8).outcome == "scratch"
+
+
 def test_a_load_through_a_file_object_names_the_file_it_reads(tmp_path):
     from io import BytesIO
 

@@ -126,8 +126,11 @@ def recovery(resume: RunLog, resume_rc: Optional[int], stderr_tail: str, last_go
             return Recovery("crashed", error=failed[-1]["error"], error_path=failed[-1].get("path"))
         return Recovery("crashed", error=stderr_tail or f"exit status {resume_rc}")
     step = table.step_of(trainer)
-    if step is None:
-        return Recovery("unknown-state")
+    return Recovery("unknown-state") if step is None else placed(step, last_good)
+
+
+def placed(step: int, last_good: Optional[int]) -> Recovery:
+    """A resume that started from the checkpoint of ``step``, against the last good one."""
     if step == 0 and (last_good or 0) > 0:
         return Recovery("scratch", 0)
     if last_good is None or step >= last_good:

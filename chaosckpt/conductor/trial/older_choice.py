@@ -1,5 +1,6 @@
-"""A resume that took an older checkpoint than the last good one: which file it loaded, and which newer complete
-checkpoint it passed over.
+"""Which checkpoint a resume loaded, by its files: for a resume that took an older checkpoint than the last good
+one, which newer complete checkpoint it passed over; for one that took another set of tensors from a checkpoint
+(an EMA copy), which checkpoint that was.
 
 Whatever the framework, the resume's own ``load`` events say which file it read before its first step, and the
 faulted run's saves say which files held the last good checkpoint. When those differ, the cause is the resume's
@@ -25,6 +26,15 @@ def _loaded(resume: RunLog) -> Optional[str]:
     first = trainer.steps[0].get("ts", float("inf"))
     loads = [e for e in trainer.loads if e.get("ok") and isinstance(e.get("path"), str) and e.get("ts", 0) <= first]
     return loads[-1]["path"] if loads else None
+
+
+def step_loaded(run: Faulted, resume: RunLog) -> Optional[int]:
+    """The step of the complete checkpoint whose files hold the one the resume last loaded before its first step:
+    where it resumed from when its weights match no recorded state (it took another set of tensors from it)."""
+    loaded = _loaded(resume)
+    held = [s.step for s in run.completed if s not in run.gone
+            and any(loaded in (path, s.landing(path)) for path in s.paths())]
+    return held[-1] if loaded is not None and held else None
 
 
 def passed_over(run: Faulted, resume: RunLog, recovered: int, work: Path) -> List[Finding]:

@@ -74,6 +74,12 @@ def recovered(ctx: Context, ref: ProcessLog, armed: Armed, run: Faulted, resumed
     result = resumed.result
     crash = compare.crash_line(resumed.log, result.stderr)
     rec = compare.recovery(resumed.log, result.returncode, crash, run.last_good, table)
+    taken = provenance.weights_taken(resumed.log.trainer(), armed.shown) \
+        if rec.outcome == "unknown-state" else []
+    loaded = older_choice.step_loaded(run, resumed.log) \
+        if any(f.kind == "resumed-other-weights" for f in taken) else None
+    if loaded is not None:
+        rec = compare.placed(loaded, run.last_good)
     lost = None
     if rec.recovered_step is not None:
         lost = max(0, (run.step or 0) - rec.recovered_step)
@@ -82,8 +88,6 @@ def recovered(ctx: Context, ref: ProcessLog, armed: Armed, run: Faulted, resumed
     measured = Measured(run.fault, run.last_good, outcome=rec.outcome, recovered_step=rec.recovered_step,
                         error=rel_text(rec.error, armed.work), error_path=rel(rec.error_path, armed.work),
                         lost_steps=lost)
-    taken = provenance.weights_taken(resumed.log.trainer(), armed.shown) \
-        if rec.outcome == "unknown-state" else []
     older = older_choice.passed_over(run, resumed.log, rec.recovered_step, armed.work) \
         if rec.outcome == "older" and rec.recovered_step is not None else []
     return measured.found(*older, *_damage(ctx, armed, run, resumed, measured), *taken)
