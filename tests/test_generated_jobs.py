@@ -38,10 +38,22 @@ def test_covering_array_is_seeded():
     assert jobgen.covering_array(0) != jobgen.covering_array(1)
 
 
-def test_only_fixed_name_resume_with_other_rotations_is_excluded():
+def test_only_fixed_name_resume_with_other_rotations_and_saver_threads_on_one_name_are_excluded():
     invalid = {(a, b) for a, b in itertools.product(jobgen.DIMENSIONS["resume"], jobgen.DIMENSIONS["rotation"])
                if not jobgen.valid({"resume": a, "rotation": b})}
     assert invalid == {("fixed", r) for r in ("keep2", "delete_before", "delete_after")}
+    threads = ("thread_joined", "daemon")
+    assert {(a, b) for a, b in itertools.product(jobgen.DIMENSIONS["saver"], jobgen.DIMENSIONS["rotation"])
+            if not jobgen.valid({"saver": a, "rotation": b})} == {(t, "overwrite") for t in threads}
+    assert {(a, b) for a, b in itertools.product(jobgen.DIMENSIONS["saver"], jobgen.DIMENSIONS["resume"])
+            if not jobgen.valid({"saver": a, "resume": b})} == {(t, "fixed") for t in threads}
+
+
+def test_a_sample_past_the_covering_array_draws_valid_rows_none_twice():
+    rows = jobgen.sample(120, 0)
+    assert rows[:len(jobgen.covering_array(0))] == jobgen.covering_array(0)
+    assert len({jobgen.job_id(r) for r in rows}) == 120 and all(jobgen.valid(r) for r in rows)
+    assert rows == jobgen.sample(120, 0)
 
 
 def test_every_generated_script_compiles_and_names_its_row():
@@ -94,6 +106,24 @@ def test_the_judge_reads_the_saves_from_an_strace_record():
     saves = judge.saves_in_record(log, ckpt)
     assert [s.step for s in saves] == [1, 2]
     assert judge.place(saves[1]) == ("ckpt/last.pt.tmp", 4)
+    # a saver thread (tid 12, then 13) writes while the training thread prints the next step; each thread's writes
+    # of a name are counted apart, as strace's when=N counts them
+    threaded = "\n".join([
+        '11 write(1<pipe:[9]>, "step 2 loss 0.5\\n", 16) = 16',
+        '12 write(3</w/job/ckpt/step_2.pt.tmp>, "PK"..., 64) = 64',
+        '11 write(1<pipe:[9]>, "step 3 loss 0.4\\n", 16) = 16',
+        '12 write(3</w/job/ckpt/step_2.pt.tmp>, "PK"..., 64) = 64',
+        '12 write(1<pipe:[9]>, "saved step 2\\n", 13) = 13',
+        '11 write(1<pipe:[9]>, "step 4 loss 0.3\\n", 16) = 16',
+        '13 write(3</w/job/ckpt/step_4.pt.tmp>, "PK"..., 64) = 64',
+        '13 write(3</w/job/ckpt/step_4.pt.tmp>, "PK"..., 64) = 64',
+        '11 write(1<pipe:[9]>, "step 5 loss 0.2\\n", 16) = 16',
+        '13 write(3</w/job/ckpt/step_4.pt.tmp>, "PK"..., 64) = 64',
+        '13 write(1<pipe:[9]>, "saved step 4\\n", 13) = 13',
+    ])
+    saves = judge.saves_in_record(threaded, ckpt, every=2)
+    assert [(s.step, len(s.writes)) for s in saves] == [(2, 2), (4, 3)]
+    assert judge.place(saves[1]) == ("ckpt/step_4.pt.tmp", 2)
     p = judge.printed(1, "resumed from step 6\nstep 7 loss 0.1\nsaved step 12\ncannot load ckpt/x.pt: bad\n")
     assert (p.resumed, p.steps, p.saved, p.cannot_load, p.finished) == (6, [(7, "0.1")], [12], ["ckpt/x.pt"], False)
 
@@ -108,7 +138,7 @@ def test_one_generated_job_judged_and_run_through_chaosckpt(tmp_path):
     truth, _ = agreement.judge.judge(row, "kill", tmp_path / "judge")
     got = agreement.chaosckpt(row, "kill", tmp_path / "chaosckpt")
     from dataclasses import asdict
-    agree = agreement.compare(asdict(truth), got)
+    agree = agreement.compare(asdict(truth), got, row)
     assert not agreement.false_pass(asdict(truth), got)
     assert agree["verdict"] and agree["outcome"], (asdict(truth), got)
 
@@ -139,3 +169,11 @@ def test_the_judge_names_causes_from_the_dimensions_and_what_the_experiment_show
                                                             reproduced=False)) == ["steps-replayed"]
     assert judge.causes({**plain, "quirk": "no_train_after_val"}, truth(outcome="last-good", recovered_step=8,
                                                                         reproduced=True)) == ["eval-mode-in-training"]
+    # the model's weights taken from the EMA copy: named where the resume took a checkpoint, not where it survived
+    assert judge.causes({**plain, "quirk": "ema_weights"}, diverged) == ["resumed-other-weights"]
+    assert judge.causes({**plain, "quirk": "ema_weights"}, truth(fault="enospc", outcome="survived",
+                                                                 reproduced=True)) == []
+    # worker processes draw their order from the global RNG as the plain loader does; a zero step before the load,
+    # which the load overwrites, is no cause
+    assert judge.causes({**plain, "data": "workers", "rng": "none"}, diverged) == ["rng-not-restored"]
+    assert judge.causes({**plain, "quirk": "step_before_load"}, diverged) == []

@@ -16,6 +16,8 @@ and which of them load; the step the resume started from (its ``resumed from ste
 completed one (outcome last-good / older / scratch / unknown-state / crashed, or survived when the faulted run
 finished); the steps lost; whether every resumed step's loss equals the uninterrupted run's bitwise (the printed
 ``repr``); and the cause kinds the chosen dimensions imply for what the experiment showed (``expected_causes``).
+A job that survived a full disk passes only where the faulted save still completed: one whose saver thread died on
+the error while the training finished, none the wiser, lost a checkpoint it counts on (``save_failed_unnoticed``).
 
 Power loss (a disk model computed from the strace record: what was not fsynced rolled back) is not here yet.
 
@@ -45,7 +47,8 @@ enospc: last-good or survived): the same bar, judged independently."""
 
 VOCABULARY = ("torn-checkpoint", "in-place-save", "rotation-before-complete", "resume-chose-incomplete",
               "resume-chose-older", "optimizer-not-restored", "scheduler-not-restored", "rng-not-restored",
-              "epoch-order-differs", "steps-replayed", "steps-skipped", "eval-mode-in-training")
+              "epoch-order-differs", "steps-replayed", "steps-skipped", "eval-mode-in-training",
+              "resumed-other-weights", "background-error-unobserved")
 """The cause kinds the judge predicts; chaosckpt's findings are compared on these only."""
 
 STEP = re.compile(r"^step (\d+) loss (\S+)$")
@@ -96,39 +99,49 @@ def run(argv: List[str], cwd: Path) -> Printed:
 @dataclass
 class Save:
     """One save in the strace record: the step it followed, and its writes as (path relative to the job's folder,
-    the write's number among all writes to that path since the run began)."""
+    the write's number among the writes of its thread to that path: strace's ``when=N`` counts each thread apart)."""
     step: int
     writes: List[Tuple[str, int]] = field(default_factory=list)
 
 
-def saves_in_record(log: str, ckpt: Path) -> List[Save]:
-    """The saves of an uninterrupted run from its strace record: writes to files under ``ckpt`` between a printed
-    ``step S`` line and ``saved step S``."""
-    counts: Dict[str, int] = {}
-    saves: List[Save] = []
-    current: Optional[Save] = None
+def saves_in_record(log: str, ckpt: Path, every: int = 1) -> List[Save]:
+    """The saves of an uninterrupted run from its strace record, in the order of their steps. A save opens at the
+    printed ``step S`` line of a step that saves (``S % every == 0``) and closes at ``saved step S``; a write to a
+    file under ``ckpt`` belongs to the open save its thread writes, or, for a thread writing none, to the oldest open
+    save no thread writes yet (a saver thread may still be writing one save when the next one opens)."""
+    counts: Dict[Tuple[str, str], int] = {}
+    opened: List[Save] = []
+    writer: Dict[str, Save] = {}
+    done: List[Save] = []
     prefix = str(ckpt) + os.sep
     root = str(ckpt.parent) + os.sep
     for line in log.splitlines():
         m = WRITE.match(line)
         if not m:
             continue
-        path, data = m[3], m[4]
+        thread, path, data = m[1], m[3], m[4]
         if m[2] == "1":
             text = data.encode().decode("unicode_escape").strip()
-            if s := STEP.match(text):
-                current = Save(int(s[1]))
-            elif SAVED.match(text):
-                if current is not None and current.writes:
-                    saves.append(current)
-                current = None
+            if (s := STEP.match(text)) and int(s[1]) % every == 0:
+                opened.append(Save(int(s[1])))
+            elif s := SAVED.match(text):
+                closing = next((o for o in opened if o.step == int(s[1])), None)
+                if closing is not None:
+                    opened.remove(closing)
+                    done += [closing] if closing.writes else []
             continue
-        if path.startswith(prefix):
-            rel = path[len(root):]
-            counts[rel] = counts.get(rel, 0) + 1
-            if current is not None:
-                current.writes.append((rel, counts[rel]))
-    return saves
+        if not path.startswith(prefix):
+            continue
+        rel = path[len(root):]
+        counts[(thread, rel)] = counts.get((thread, rel), 0) + 1
+        save = writer.get(thread)
+        if save is None or all(save is not o for o in opened):
+            save = next((o for o in opened if all(o is not w for w in writer.values())), None)
+            if save is None:
+                continue
+            writer[thread] = save
+        save.writes.append((rel, counts[(thread, rel)]))
+    return sorted(done, key=lambda d: d.step)
 
 
 def place(save: Save) -> Tuple[str, int]:
@@ -169,12 +182,19 @@ class Truth:
     outcome: str = ""
     recovered_step: Optional[int] = None
     lost_steps: Optional[int] = None
+    lost_from_save: Optional[int] = None
+    """The steps lost counted from the faulted save's step, not from the last step trained: a saver thread's save
+    lets training go on while it writes, for as long as the machine's load makes it; chaosckpt holds the training
+    thread at that save's step, so for a thread saver its count is compared with this one."""
     reproduced: Optional[bool] = None
     first_divergent_step: Optional[int] = None
     verdict: str = ""
     expected_causes: List[str] = field(default_factory=list)
     fault_in_final_name: bool = False
     """The fault struck the checkpoint's own name, not a temporary (the save writes in place)."""
+    save_failed_unnoticed: bool = False
+    """The job finished though the faulted save never completed (an error in a saver thread, which the training
+    never saw): a checkpoint the job counts on is not there, and no line of the job says so."""
     resume_cannot_load: List[str] = field(default_factory=list)
     """Files the resume reported it could not load (newest_loads) before the one it took."""
     notes: List[str] = field(default_factory=list)
@@ -188,13 +208,13 @@ def fresh(folder: Path, row: Dict[str, str]) -> Path:
     return folder
 
 
-def record(folder: Path) -> Tuple[Printed, List[Save]]:
+def record(folder: Path, every: int) -> Tuple[Printed, List[Save]]:
     """The uninterrupted run under strace's record."""
     log = folder / "strace.log"
     p = run(["strace", "-f", "-qq", "-y", "-s", "96", "-o", str(log), "-e",
              "trace=write,openat,rename,renameat,renameat2,unlink,unlinkat,fsync,fdatasync",
              sys.executable, "train.py"], folder)
-    return p, saves_in_record(log.read_text(errors="replace"), (folder / "ckpt").resolve())
+    return p, saves_in_record(log.read_text(errors="replace"), (folder / "ckpt").resolve(), every)
 
 
 def faulted(folder: Path, fault: str, save: Save) -> Tuple[Printed, str]:
@@ -243,15 +263,20 @@ def causes(row: Dict[str, str], truth: Truth) -> List[str]:
             out.append("scheduler-not-restored")
         if (row["draws"] == "dropout" and row["rng"] == "none") or (row["draws"] == "python" and row["rng"] != "all"):
             out.append("rng-not-restored")
-        if row["data"] == "loader_global":
+        if row["data"] in ("loader_global", "workers"):  # the global RNG orders the epoch
             if rec % jobgen.EPOCH:
                 out.append("epoch-order-differs")
             elif row["rng"] == "none":
                 out.append("rng-not-restored")
         if rec % jobgen.EPOCH and (row["data"] == "counter" or row["saved"] == "epoch_only"):
             out.append("steps-replayed")
-    if truth.recovered_step and row["quirk"] == "no_train_after_val" and truth.outcome != "crashed":
+    if truth.save_failed_unnoticed:
+        out.append("background-error-unobserved")
+    resumed = bool(truth.recovered_step) and truth.outcome not in ("crashed", "survived")
+    if resumed and row["quirk"] == "no_train_after_val":
         out.append("eval-mode-in-training")
+    if resumed and row["quirk"] == "ema_weights":  # the model starts from the EMA copy's weights
+        out.append("resumed-other-weights")
     return sorted(set(out))
 
 
@@ -261,7 +286,7 @@ def judge(row: Dict[str, str], fault: str, scratch: Path, save_number: int = 2,
     reuse by the job's other faults."""
     started = time.monotonic()
     if reference is None:
-        reference = record(fresh(scratch / "reference", row))
+        reference = record(fresh(scratch / "reference", row), int(row["every"]))
     ref, saves = reference
     truth = Truth(jobgen.job_id(row), fault, save_number, "")
     if not ref.finished or len(saves) < save_number:
@@ -276,12 +301,14 @@ def judge(row: Dict[str, str], fault: str, scratch: Path, save_number: int = 2,
     truth.completed = list(run_.saved)
     truth.last_good = run_.saved[-1] if run_.saved else None
     truth.on_disk = loadable(folder)
-    if fault != "step" and (save.step in run_.saved or truth.fault_step != save.step):
+    held = truth.fault_step != save.step and row["saver"] == "sync"  # a saver thread's save lets training go on
+    if fault != "step" and (save.step in run_.saved or truth.fault_step < save.step or held):
         truth.notes.append(f"the fault did not land inside the save of step {save.step} (last step {truth.fault_step},"
                            f" saved {run_.saved})")
     truth.fault_in_final_name = fault != "step" and not place(save)[0].endswith(".tmp")
     if run_.finished and run_.returncode == 0:
-        truth.outcome, truth.recovered_step, truth.lost_steps = "survived", None, 0
+        truth.outcome, truth.recovered_step, truth.lost_steps, truth.lost_from_save = "survived", None, 0, 0
+        truth.save_failed_unnoticed = save.step not in run_.saved
         resume = run_
         resumed_steps = []
     else:
@@ -302,8 +329,9 @@ def judge(row: Dict[str, str], fault: str, scratch: Path, save_number: int = 2,
             truth.outcome, truth.recovered_step = "unknown-state", rec
         if truth.recovered_step is not None:
             truth.lost_steps = max(0, truth.fault_step - truth.recovered_step)
+            truth.lost_from_save = max(0, save.step - truth.recovered_step)
         elif truth.outcome == "crashed":
-            truth.lost_steps = truth.fault_step
+            truth.lost_steps, truth.lost_from_save = truth.fault_step, save.step
     if truth.outcome != "crashed":
         expected = dict(ref.steps)
         same = [(s, loss == expected.get(s)) for s, loss in resumed_steps]
@@ -314,7 +342,7 @@ def judge(row: Dict[str, str], fault: str, scratch: Path, save_number: int = 2,
         truth.first_divergent_step = bad[0] if bad else None
         if not contiguous:
             truth.notes.append(f"resumed steps {resumed_steps[0][0]}..{resumed_steps[-1][0]} not one run to the end")
-    passed = truth.outcome in ALLOWED[fault] and truth.reproduced is True
+    passed = truth.outcome in ALLOWED[fault] and truth.reproduced is True and not truth.save_failed_unnoticed
     truth.verdict = "PASS" if passed else "FAIL"
     truth.expected_causes = causes(row, truth)
     truth.seconds = round(time.monotonic() - started, 1)
