@@ -106,6 +106,8 @@ JOBS = {
                               ("--pause-after-handoff",)),
     "async_thread_daemon": Job("tests/jobs/async_thread_job.py --daemon", "tests/jobs/async_thread_job.py",
                                ("--daemon",)),
+    "async_thread_native": Job("tests/jobs/async_thread_job.py --daemon --serialize-in-thread --keep-saving",
+                               "tests/jobs/async_thread_job.py", ("--daemon", "--serialize-in-thread", "--keep-saving")),
     "scheduler_job": Job("tests/jobs/scheduler_job.py", "tests/jobs/scheduler_job.py", ()),
     "own_path_job": Job("tests/jobs/own_path_job.py", "tests/jobs/own_path_job.py", ()),
     "scheduler_saved": Job("tests/jobs/scheduler_job.py --save-scheduler", "tests/jobs/scheduler_job.py",
@@ -537,6 +539,13 @@ ROWS: List[Tuple[str, str, str, str, str]] = [
     ("async_thread_daemon", "eval-left-on", "FAILED", "last-good, exit-with-save-in-flight",
      "no dropout or batch norm: eval mode computes the same; but " + DAEMON_EXIT),
     ("async_thread_daemon", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
+    ("async_thread_native", "kill9-mid-save", "FAILED", "last-good, exit-with-save-in-flight",
+     "the kill lands in save 2's torch.save on the daemon thread; the resume takes step 6's last.pt, whole; but the "
+     "uninterrupted run exits with step 24's save inside torch.save (and most often dies of SIGABRT in its shutdown)"),
+    ("async_thread_native", "enospc", "FAILED", "survived, background-error-unobserved",
+     "the saver prints the error and goes on; the job trains to its end, saves step 18, and exits with step 24's "
+     "save in flight, by SIGABRT, SIGSEGV or status 0 as the shutdown falls (async_thread_job.truth.md): the same "
+     "verdict each way"),
     ("async_slow_robust", "kill9-mid-save", "PASSED", "last-good",
      "the kill lands in save 2's torch.save on the saver thread, the training held at its next step; last.pt, "
      "renamed only after an fsync, is step 6's, whole (slow_daemon_job.truth.md)"),

@@ -194,6 +194,48 @@ def test_the_checkpoint_process_saves_are_its_rank_s_at_the_steps_handed_over():
     assert log.ranks()[1].saves[0].step == 0
 
 
+def test_a_save_its_thread_began_in_the_shutdown_after_the_exit_event_never_landed():
+    """The process reported its exit while a daemon saver was still to begin its last save, which it then began
+    during the interpreter's shutdown: that save never ended, so it never landed (unfinished, as the exit would have
+    said); a begin repeated after the exit had already reported the save unfinished is the same checkpoint. A
+    process killed inside a save (no exit event) keeps it interrupted."""
+    saving = [_event("hello", 10, 1.0, rank=0), _event("step", 10, 2.0, step=6, digest="d6"),
+              _event("save-begin", 10, 2.1, save=1, step=6, path="/c/last.pt.tmp", via="fileobj", digest="d6",
+                     thread="saver"),
+              _event("save-end", 10, 2.2, save=1, ok=True, bytes=9, writes=1)]
+    late = [*saving, _event("exit", 10, 3.0, step=12),
+            _event("save-begin", 10, 3.1, save=2, step=12, path="/c/last.pt.tmp", via="fileobj", digest="d12",
+                   thread="saver")]
+    (proc,) = RunLog.of([late]).processes
+    assert [(s.index, s.ok, s.unfinished) for s in proc.saves] == [(1, True, False), (2, False, True)]
+    repeated = [*saving, _event("save-begin", 10, 2.9, save=2, step=12, path=None, via="handoff", digest="d12"),
+                _event("save-end", 10, 3.0, save=2, ok=False, bytes=0, writes=0, unfinished=True),
+                _event("exit", 10, 3.0, step=12),
+                _event("save-begin", 10, 3.1, save=2, step=12, path="/c/last.pt.tmp", via="fileobj", digest="x",
+                       thread="saver")]
+    (proc,) = RunLog.of([repeated]).processes
+    assert [(s.index, s.ok, s.unfinished) for s in proc.saves] == [(1, True, False), (2, False, True)]
+    (killed,) = RunLog.of([late[:-2] + late[-1:]]).processes
+    assert [(s.index, s.ok) for s in killed.saves] == [(1, True), (2, None)]
+
+
+def test_a_faulted_run_killed_only_in_its_shutdown_carried_on():
+    """A job that caught the fault and ended its script carried on, whatever its interpreter's shutdown then did
+    (``crash-at-exit``); one killed by a signal with no such finding did not."""
+    from chaosckpt.conductor.results.result import Finding
+    from chaosckpt.conductor.runs.launcher import RunResult
+    from chaosckpt.conductor.runs.runlog import ProcessLog
+    from chaosckpt.conductor.trial.faulted import Faulted
+
+    def run(returncode, exit_crash=None):
+        result = RunResult(spec=None, returncode=returncode, duration_s=1.0, timed_out=False, fault_fired=False,
+                           survivors=[])
+        return Faulted(result, RunLog([]), ProcessLog(pid=1), 12, {}, [], [], exit_crash)
+
+    assert run(0).carried_on and not run(-6).carried_on
+    assert run(-6, Finding("crash-at-exit", "killed in its shutdown")).carried_on
+
+
 def test_what_a_failed_background_task_raised_for_the_full_disk_is_the_error_the_job_noticed(tmp_path):
     """DCP turns the ENOSPC of a shard write into a CheckpointException whose per-rank failures were pickled
     across ranks (no chain back to the OSError): the exception the task ended on is what its future raises, and

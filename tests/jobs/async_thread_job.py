@@ -18,15 +18,24 @@ the process (SIGABRT); stopped in a plain file write, it exits cleanly (async_th
 ``--pause-after-handoff``: the main thread sleeps 0.5 s after each hand-over, so the saver has written, renamed
 and fsynced the checkpoint before the next step begins (as a loaded machine makes it now and then).
 
+``--serialize-in-thread``: the main thread hands over a copy of the state and the saver thread ``torch.save``s it
+into the temporary file itself; with ``--daemon``, the interpreter's exit stops the thread inside torch's writer and
+the process most often dies of SIGABRT after its script has ended (async_thread_job.truth.md).
+
+``--keep-saving`` (with ``--daemon``): the saver prints a failed save's traceback and goes on with the next one, as
+a logging saver does; the job still never learns of the failure.
+
 ``ASYNC_PAUSE_IN_SAVE=SECONDS`` (for killing it by hand) pauses the second save's thread once it has written 1 MiB
 of ``last.pt.tmp``, while the main thread trains on."""
 
+import copy
 import io
 import os
 import queue
 import sys
 import threading
 import time
+import traceback
 
 import torch
 from torch import nn
@@ -41,7 +50,9 @@ def write(data, step):
     """Write one serialized snapshot atomically: temporary file, fsync, rename over last.pt, folder fsync."""
     pause = os.environ.get("ASYNC_PAUSE_IN_SAVE") if step == 2 * EVERY else None
     with open("ckpt/last.pt.tmp", "wb") as f:
-        for offset in range(0, len(data), CHUNK):
+        if isinstance(data, dict):
+            torch.save(data, f)
+        for offset in range(0, len(data) if isinstance(data, memoryview) else 0, CHUNK):
             if pause and offset == CHUNK:
                 print("paused in the save", flush=True)
                 time.sleep(float(pause))
@@ -74,6 +85,9 @@ class Saver:
             try:
                 write(*item)
             except BaseException as e:
+                if self.daemon and "--keep-saving" in sys.argv:
+                    traceback.print_exc()
+                    continue
                 if self.daemon:
                     raise
                 self.error = e
@@ -99,10 +113,13 @@ class Saver:
 
 
 def snapshot(model, opt, step):
-    """The state at this step, serialized into memory before the next step changes it."""
+    """The state at this step, serialized into memory before the next step changes it (or, with
+    ``--serialize-in-thread``, copied for the saver thread to serialize)."""
+    state = {"model": model.state_dict(), "opt": opt.state_dict(), "rng": torch.get_rng_state(), "step": step}
+    if "--serialize-in-thread" in sys.argv:
+        return copy.deepcopy(state)
     buf = io.BytesIO()
-    torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "rng": torch.get_rng_state(), "step": step},
-               buf)
+    torch.save(state, buf)
     return buf.getbuffer()
 
 

@@ -149,6 +149,8 @@ def _process(events: List[Event]) -> ProcessLog:
         elif kind == "step" and not e.get("skipped"):
             log.steps.append(e)
         elif kind == "save-begin":
+            if e["save"] in by_index and by_index[e["save"]].unfinished:
+                continue  # its thread began it in the interpreter's shutdown, after the exit reported it unfinished
             save = Save(index=e["save"], step=e["step"], path=e.get("path"), digest=e["digest"], ts=e["ts"],
                         op=e.get("op"), rng=e.get("rng", {}), thread=e.get("thread"))
             by_index[save.index] = save
@@ -195,6 +197,10 @@ def _process(events: List[Event]) -> ProcessLog:
             log.refused.append(e)
         elif kind == "save-handoff":
             log.handoffs.append(e)
+    if log.ended:
+        for save in log.saves:
+            if save.ok is None:  # a thread still inside it when the process exited: it never landed
+                save.ok, save.unfinished = False, True
     return log
 
 

@@ -43,10 +43,16 @@ class Faulted:
     def last_good(self) -> Optional[int]:
         return self.completed[-1].step if self.completed else None
 
+    exit_crash: Optional[Finding] = None
+    """``crash-at-exit``: every process ended its script, then one was killed in the interpreter's shutdown (a
+    daemon saver thread still inside a native save when the interpreter exits: SIGABRT)."""
+
     @property
     def carried_on(self) -> bool:
-        """The job caught the fault and went on: to its end, or to its horizon."""
-        return self.result is not None and not self.result.fault_fired and (self.result.returncode == 0 or self.result.stopped)
+        """The job caught the fault and went on: to its end (its script's end, whatever its shutdown then did), or
+        to its horizon."""
+        r = self.result
+        return r is not None and not r.fault_fired and (r.returncode == 0 or r.stopped or self.exit_crash is not None)
 
 
 def faulted(ctx: Context, armed: Armed, reference: RunLog) -> Faulted:
@@ -95,7 +101,9 @@ def caught(ctx: Context, armed: Armed, result: Optional[RunResult], log: RunLog,
         fault["noticed"] = proc.background_error.get("fate") == "observed"
     if not ctx.scenario.kind.needs_aftermath and armed.cut is None:  # a power loss rebuilds the files next
         fault["file_states"] = file_states(ctx, proc, armed.work, armed.file_bytes)
-    return Faulted(result, log, proc, step, fault, completed, checkpoints.gone(completed))
+    at_exit = exits.after_exit(log, result.returncode, result.stderr, "the faulted run") \
+        if result is not None and not result.fault_fired else None
+    return Faulted(result, log, proc, step, fault, completed, checkpoints.gone(completed), at_exit)
 
 
 def save_damage(ctx: Context, run: Faulted, armed: Armed, outcome: Outcome, error_path: Optional[str]) -> List[Finding]:

@@ -84,7 +84,8 @@ class TrialRunner:
         """The ending of a job that carried on past its fault: its own run judged, then a later resume."""
         measured = survived(self.ctx, ref, run)
         measured, later = later_resume(self.ctx, armed, measured, compare.digest_table(run.proc, ref))
-        self.steps.measured = measured.found(*async_saves.unobserved_error(run.proc, armed.shown, later))
+        self.steps.measured = measured.found(*async_saves.unobserved_error(run.proc, armed.shown, later),
+                                             *([run.exit_crash] if run.exit_crash is not None else []))
         return survivor_met(self.ctx, self.steps.measured)
 
     def _sweep(self, ref: RunLog, armed: Armed, run: Faulted) -> bool:

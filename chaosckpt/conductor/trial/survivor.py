@@ -7,6 +7,7 @@ import dataclasses
 from typing import Optional, Tuple
 
 from chaosckpt.conductor.results.result import Finding
+from chaosckpt.conductor.runs import exits
 from chaosckpt.conductor.runs.runlog import ProcessLog, RunLog
 from chaosckpt.conductor.trial import compare
 from chaosckpt.conductor.trial.arm import Armed
@@ -25,11 +26,14 @@ def survived(ctx: Context, ref: ProcessLog, run: Faulted) -> Measured:
 def later_resume(ctx: Context, armed: Armed, measured: Measured, table: compare.DigestTable
                  ) -> Tuple[Measured, Optional[int]]:
     """A later resume of what the job saved, and the step it started from (``table``: the states the runs
-    saved); one that fails is an error finding, with its error."""
+    saved); one that fails is an error finding, with its error (one killed only in its interpreter's shutdown, after
+    its script ended, did not fail: ``crash-at-exit``)."""
     resume = ctx.launch("resume", ctx.opts.resume_command, armed.work, stop=resume_stop(ctx))
     log = RunLog.read(resume.events_dir)
-    if resume.returncode == 0 or resume.stopped:
+    at_exit = exits.after_exit(log, resume.returncode, resume.stderr, "a later resume")
+    if resume.returncode == 0 or resume.stopped or at_exit is not None:
         trainer = log.trainer()
+        measured = measured.found(at_exit) if at_exit is not None else measured
         return measured, table.step_of(trainer) if trainer is not None else None
     failed = log.failed_loads()
     error = failed[-1]["error"] if failed else compare.tail_line(resume.stderr)
