@@ -143,6 +143,20 @@ def test_one_generated_job_judged_and_run_through_chaosckpt(tmp_path):
     assert agree["verdict"] and agree["outcome"], (asdict(truth), got)
 
 
+def test_the_resume_s_first_batch_tells_steps_replayed_from_skipped():
+    """Against the uninterrupted run's batches (each named by the sum of its inputs): the batch of the step after
+    the checkpoint is in order; an earlier one replayed, a later one skipped, one no step trained unseen; data that
+    repeats every epoch is placed by its position in the epoch (a counter restarted at 0 replays)."""
+    import judge
+    shuffled = {k: f"b{k}" for k in range(1, 33)}
+    assert [judge.data_position(shuffled, 6, b) for b in ("b7", "b2", "b9", "other")] == [
+        "in-order", "replayed", "skipped", "unseen"]
+    cyclic = {k: f"p{(k - 1) % jobgen.EPOCH}" for k in range(1, 33)}
+    assert [judge.data_position(cyclic, 6, "p0"), judge.data_position(cyclic, 8, "p0"),
+            judge.data_position(cyclic, 3, "p6")] == ["replayed", "in-order", "skipped"]
+    assert judge.data_position(shuffled, 6, None) is None
+
+
 def test_the_judge_names_causes_from_the_dimensions_and_what_the_experiment_showed():
     import judge
     row = dict(jobgen.sample(1, 0)[0])
@@ -164,9 +178,12 @@ def test_the_judge_names_causes_from_the_dimensions_and_what_the_experiment_show
     plain = {**row, "saved": "full", "rng": "all", "data": "slice", "draws": "none", "quirk": "train_after_val"}
     assert judge.causes({**plain, "saved": "no_scheduler"}, diverged) == ["scheduler-not-restored"]
     assert judge.causes({**plain, "draws": "python", "rng": "torch"}, diverged) == ["rng-not-restored"]
-    assert judge.causes({**plain, "data": "counter"}, diverged) == []  # at an epoch's end the counter wraps right
-    assert judge.causes({**plain, "data": "counter"}, truth(outcome="last-good", recovered_step=6,
-                                                            reproduced=False)) == ["steps-replayed"]
+    # steps replayed or skipped: where the resume's first batch stood in the uninterrupted run, by experiment
+    assert judge.causes({**plain, "data": "counter"}, diverged) == []
+    assert judge.causes({**plain, "data": "counter"}, truth(outcome="last-good", recovered_step=6, reproduced=False,
+                                                            first_batch="replayed")) == ["steps-replayed"]
+    assert judge.causes(plain, truth(outcome="last-good", recovered_step=6, reproduced=False,
+                                     first_batch="skipped")) == ["steps-skipped"]
     assert judge.causes({**plain, "quirk": "no_train_after_val"}, truth(outcome="last-good", recovered_step=8,
                                                                         reproduced=True)) == ["eval-mode-in-training"]
     # the model's weights taken from the EMA copy: named where the resume took a checkpoint, not where it survived

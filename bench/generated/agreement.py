@@ -43,10 +43,11 @@ SCENARIOS = {"kill": ["-s", "kill9-mid-save", "-p", "save=2", "-p", "fraction=0.
              "enospc": ["-s", "enospc", "-p", "save=2", "-p", "fraction=0.5"]}
 
 
-ALIASES = {"rng-states-missing": "rng-not-restored", "rng-captured-early": "rng-not-restored",
-           "rng-drawn-after-restore": "rng-not-restored"}
+ALIASES = {"rng-captured-early": "rng-not-restored", "rng-drawn-after-restore": "rng-not-restored"}
 """chaosckpt's kinds read as the judge's cause classes: the judge names one class, "the random streams were not
-restored", where chaosckpt names how (the checkpoint holds none; taken too early; drawn after the restore)."""
+restored", where chaosckpt names how (taken too early; drawn after the restore). ``rng-states-missing`` is not
+among them: it is advice on what the checkpoint holds, said whatever the trial did (a latent defect, as
+``checkpoint-lacks-state``), where the judge names only causes that acted in the trial."""
 
 
 def causes_of(findings: List[Dict]) -> List[str]:

@@ -2,8 +2,8 @@
 array over them, and the standalone job script one row of it composes.
 
 Every job trains a small model (8 -> 16 -> 1, with a dropout layer when it draws) for ``STEPS`` steps of ``BATCH``
-rows, ``EPOCH`` steps an epoch, SGD with momentum and a cosine LR schedule, and prints ``step N loss X`` (the loss's
-``repr``: bitwise) each step, ``saved step S`` once a save (and its rotation) returned, and ``resumed from step S`` when
+rows, ``EPOCH`` steps an epoch, SGD with momentum and a cosine LR schedule, and prints ``step N loss X batch B`` (the
+loss's ``repr``: bitwise; B the sum of the batch's inputs, which names the batch) each step, ``saved step S`` once a save (and its rotation) returned, and ``resumed from step S`` when
 it loads a checkpoint (S: the step the checkpoint was written at, kept in it as ``saved_at`` whatever else it holds).
 It resumes by itself: the same command, run again, looks for a checkpoint.
 
@@ -470,13 +470,14 @@ if ck is not None:
 while step < STEPS:
     epoch, pos = divmod(step, EPOCH)
     for x, y in batches(epoch, pos):
+        batch = float(x.double().sum())
 {noise}        loss = nn.functional.mse_loss(model(x), y)
         opt.zero_grad()
         loss.backward()
         opt.step()
 {ema_step}        sched.step()
         step += 1
-        print(f"step {{step}} loss {{loss.item()!r}}", flush=True)
+        print(f"step {{step}} loss {{loss.item()!r}} batch {{batch!r}}", flush=True)
         if step % EVERY == 0:
             checkpoint({{{", ".join(state)}}}, step)
             validate()

@@ -51,7 +51,7 @@ VOCABULARY = ("torn-checkpoint", "in-place-save", "rotation-before-complete", "r
               "resumed-other-weights", "background-error-unobserved")
 """The cause kinds the judge predicts; chaosckpt's findings are compared on these only."""
 
-STEP = re.compile(r"^step (\d+) loss (\S+)$")
+STEP = re.compile(r"^step (\d+) loss (\S+)(?: batch (\S+))?$")
 SAVED = re.compile(r"^saved step (\d+)$")
 RESUMED = re.compile(r"^resumed from step (\d+)$")
 WRITE = re.compile(r"^(\d+) +write\((\d+)<([^>]*)>, \"((?:[^\"\\]|\\.)*)\"")
@@ -68,6 +68,8 @@ class Printed:
     finished: bool = False
     cannot_load: List[str] = field(default_factory=list)
     stderr_tail: str = ""
+    batches: Dict[int, str] = field(default_factory=dict)
+    """Each step's batch, by the sum of its inputs."""
 
     @property
     def last_step(self) -> int:
@@ -80,6 +82,8 @@ def printed(returncode: int, out: str, err: str = "") -> Printed:
         line = line.strip()
         if m := STEP.match(line):
             p.steps.append((int(m[1]), m[2]))
+            if m[3] is not None:
+                p.batches[int(m[1])] = m[3]
         elif m := SAVED.match(line):
             p.saved.append(int(m[1]))
         elif m := RESUMED.match(line):
@@ -192,6 +196,9 @@ class Truth:
     expected_causes: List[str] = field(default_factory=list)
     fault_in_final_name: bool = False
     """The fault struck the checkpoint's own name, not a temporary (the save writes in place)."""
+    first_batch: Optional[str] = None
+    """Where the resume's first batch stands in the uninterrupted run's (``data_position``): the experiment that
+    tells steps replayed from steps skipped."""
     save_failed_unnoticed: bool = False
     """The job finished though the faulted save never completed (an error in a saver thread, which the training
     never saw): a checkpoint the job counts on is not there, and no line of the job says so."""
@@ -199,6 +206,24 @@ class Truth:
     """Files the resume reported it could not load (newest_loads) before the one it took."""
     notes: List[str] = field(default_factory=list)
     seconds: float = 0.0
+
+
+def data_position(reference: Dict[int, str], recovered: int, first: Optional[str]) -> Optional[str]:
+    """Where the resume's first batch (``first``) stands in the uninterrupted run's batches, against the step after
+    its checkpoint: ``in-order``; ``replayed`` (a batch the checkpoint already holds) or ``skipped`` (a later one);
+    ``unseen`` (a batch no step trained). Data that repeats every epoch (a slice by step, a counter) is placed by
+    its position in the epoch."""
+    if first is None:
+        return None
+    expected = recovered + 1
+    if reference.get(expected) == first:
+        return "in-order"
+    seen = sorted(k for k, b in reference.items() if b == first)
+    if not seen:
+        return "unseen"
+    if len(seen) > 1:
+        return "replayed" if (seen[0] - 1) % jobgen.EPOCH < (expected - 1) % jobgen.EPOCH else "skipped"
+    return "replayed" if seen[0] <= recovered else "skipped"
 
 
 def fresh(folder: Path, row: Dict[str, str]) -> Path:
@@ -264,12 +289,12 @@ def causes(row: Dict[str, str], truth: Truth) -> List[str]:
         if (row["draws"] == "dropout" and row["rng"] == "none") or (row["draws"] == "python" and row["rng"] != "all"):
             out.append("rng-not-restored")
         if row["data"] in ("loader_global", "workers"):  # the global RNG orders the epoch
-            if rec % jobgen.EPOCH:
+            if rec % jobgen.EPOCH and truth.first_batch == "unseen":
                 out.append("epoch-order-differs")
-            elif row["rng"] == "none":
+            elif not rec % jobgen.EPOCH and row["rng"] == "none":
                 out.append("rng-not-restored")
-        if rec % jobgen.EPOCH and (row["data"] == "counter" or row["saved"] == "epoch_only"):
-            out.append("steps-replayed")
+        if truth.first_batch in ("replayed", "skipped"):
+            out.append(f"steps-{truth.first_batch}")
     if truth.save_failed_unnoticed:
         out.append("background-error-unobserved")
     resumed = bool(truth.recovered_step) and truth.outcome not in ("crashed", "survived")
@@ -307,7 +332,7 @@ def judge(row: Dict[str, str], fault: str, scratch: Path, save_number: int = 2,
                            f" saved {run_.saved})")
     truth.fault_in_final_name = fault != "step" and not place(save)[0].endswith(".tmp")
     if run_.finished and run_.returncode == 0:
-        truth.outcome, truth.recovered_step, truth.lost_steps, truth.lost_from_save = "survived", None, 0, 0
+        truth.outcome, truth.recovered_step = "survived", None  # nothing resumed: no steps lost to count
         truth.save_failed_unnoticed = save.step not in run_.saved
         resume = run_
         resumed_steps = []
@@ -328,6 +353,8 @@ def judge(row: Dict[str, str], fault: str, scratch: Path, save_number: int = 2,
         else:
             truth.outcome, truth.recovered_step = "unknown-state", rec
         if truth.recovered_step is not None:
+            first = resume.batches.get(resume.steps[0][0]) if resume.steps else None
+            truth.first_batch = data_position(ref.batches, truth.recovered_step, first)
             truth.lost_steps = max(0, truth.fault_step - truth.recovered_step)
             truth.lost_from_save = max(0, save.step - truth.recovered_step)
         elif truth.outcome == "crashed":
