@@ -145,12 +145,14 @@ def test_one_generated_job_judged_and_run_through_chaosckpt(tmp_path):
 
 def test_the_resume_s_first_batch_tells_steps_replayed_from_skipped():
     """Against the uninterrupted run's batches (each named by the sum of its inputs): the batch of the step after
-    the checkpoint is in order; an earlier one replayed, a later one skipped, one no step trained unseen; data that
-    repeats every epoch is placed by its position in the epoch (a counter restarted at 0 replays)."""
+    the checkpoint is in order; an earlier one replayed, a later one skipped, another epoch's at the same place in
+    its epoch an epoch order replayed, one no step trained unseen; data that repeats every epoch is placed by its
+    position in the epoch (a counter restarted at 0 replays)."""
     import judge
     shuffled = {k: f"b{k}" for k in range(1, 33)}
-    assert [judge.data_position(shuffled, 6, b) for b in ("b7", "b2", "b9", "other")] == [
-        "in-order", "replayed", "skipped", "unseen"]
+    assert [judge.data_position(shuffled, 6, b) for b in ("b7", "b2", "b9", "b15", "b1", "other")] == [
+        "in-order", "replayed", "skipped", "order-replayed", "replayed", "unseen"]
+    assert judge.data_position(shuffled, 8, "b1") == "order-replayed"  # a new epoch reading epoch 0's order
     cyclic = {k: f"p{(k - 1) % jobgen.EPOCH}" for k in range(1, 33)}
     assert [judge.data_position(cyclic, 6, "p0"), judge.data_position(cyclic, 8, "p0"),
             judge.data_position(cyclic, 3, "p6")] == ["replayed", "in-order", "skipped"]

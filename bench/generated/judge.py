@@ -47,7 +47,7 @@ enospc: last-good or survived): the same bar, judged independently."""
 
 VOCABULARY = ("torn-checkpoint", "in-place-save", "rotation-before-complete", "resume-chose-incomplete",
               "resume-chose-older", "optimizer-not-restored", "scheduler-not-restored", "rng-not-restored",
-              "epoch-order-differs", "steps-replayed", "steps-skipped", "eval-mode-in-training",
+              "epoch-order-differs", "epoch-order-replayed", "steps-replayed", "steps-skipped", "eval-mode-in-training",
               "resumed-other-weights", "background-error-unobserved")
 """The cause kinds the judge predicts; chaosckpt's findings are compared on these only."""
 
@@ -211,8 +211,9 @@ class Truth:
 def data_position(reference: Dict[int, str], recovered: int, first: Optional[str]) -> Optional[str]:
     """Where the resume's first batch (``first``) stands in the uninterrupted run's batches, against the step after
     its checkpoint: ``in-order``; ``replayed`` (a batch the checkpoint already holds) or ``skipped`` (a later one);
-    ``unseen`` (a batch no step trained). Data that repeats every epoch (a slice by step, a counter) is placed by
-    its position in the epoch."""
+    ``order-replayed`` (another epoch's batch at this same place in its epoch: the epoch reads another epoch's
+    order); ``unseen`` (a batch no step trained). Data that repeats every epoch (a slice by step, a counter) is
+    placed by its position in the epoch."""
     if first is None:
         return None
     expected = recovered + 1
@@ -221,8 +222,11 @@ def data_position(reference: Dict[int, str], recovered: int, first: Optional[str
     seen = sorted(k for k, b in reference.items() if b == first)
     if not seen:
         return "unseen"
+    place, here = (seen[0] - 1) % jobgen.EPOCH, (expected - 1) % jobgen.EPOCH
     if len(seen) > 1:
-        return "replayed" if (seen[0] - 1) % jobgen.EPOCH < (expected - 1) % jobgen.EPOCH else "skipped"
+        return "replayed" if place < here else "skipped"
+    if place == here:
+        return "order-replayed"
     return "replayed" if seen[0] <= recovered else "skipped"
 
 
@@ -295,6 +299,8 @@ def causes(row: Dict[str, str], truth: Truth) -> List[str]:
                 out.append("rng-not-restored")
         if truth.first_batch in ("replayed", "skipped"):
             out.append(f"steps-{truth.first_batch}")
+        elif truth.first_batch == "order-replayed":
+            out.append("epoch-order-replayed")
     if truth.save_failed_unnoticed:
         out.append("background-error-unobserved")
     resumed = bool(truth.recovered_step) and truth.outcome not in ("crashed", "survived")
