@@ -546,6 +546,13 @@ ROWS: List[Tuple[str, str, str, str, str]] = [
      "the saver prints the error and goes on; the job trains to its end, saves step 18, and exits with step 24's "
      "save in flight, by SIGABRT, SIGSEGV or status 0 as the shutdown falls (async_thread_job.truth.md): the same "
      "verdict each way"),
+    ("async_thread_native", "power-loss", "FAILED", "last-good, exit-with-save-in-flight",
+     "fsync before the rename, folder fsync after: the saves that finish survive; but the uninterrupted run exits "
+     "with step 24's save inside torch.save"),
+    ("async_thread_native", "eval-left-on", "FAILED", "last-good, exit-with-save-in-flight",
+     "no dropout or batch norm: eval mode computes the same; but the uninterrupted run exits with step 24's save "
+     "inside torch.save"),
+    ("async_thread_native", "rank-epoch-skew", "REFUSED", "exit 2", SINGLE),
     ("async_slow_robust", "kill9-mid-save", "PASSED", "last-good",
      "the kill lands in save 2's torch.save on the saver thread, the training held at its next step; last.pt, "
      "renamed only after an fsync, is step 6's, whole (slow_daemon_job.truth.md)"),
@@ -622,6 +629,7 @@ ROWS: List[Tuple[str, str, str, str, str]] = [
     ("async_thread_job", "preemption", "PASSED", "last-good", AS_KILLED),
     ("async_thread_pause", "preemption", "PASSED", "last-good", AS_KILLED),
     ("async_thread_daemon", "preemption", "FAILED", "last-good, exit-with-save-in-flight", AS_KILLED),
+    ("async_thread_native", "preemption", "FAILED", "last-good, exit-with-save-in-flight", AS_KILLED),
     ("scheduler_job", "preemption", "FAILED", "last-good, scheduler-not-restored", AS_KILLED),
     ("own_path_job", "preemption", "FAILED", "crashed, resume-chose-incomplete", AS_KILLED),
     ("scheduler_saved", "preemption", "PASSED", "last-good", AS_KILLED),

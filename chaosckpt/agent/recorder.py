@@ -56,7 +56,8 @@ class Recorder(Bursts):
         self._batch: Optional[str] = None  # the indices of the latest batch a DataLoader drew, as a CRC
         self._scaled: Dict[int, torch.Tensor] = {}
         self._need_digest = True
-        self._state_due = True  # the next step records the manifest (``manifest``): the first, and after a save or load
+        self._state_due = True  # the next step records the manifest (``manifest``): the first, after a save or load,
+        # and after work handed to a thread (a background save's state)
         self.scalers = manifest.Scalers()
         self.consumed = Consumed(self.on_batch)
         self._sample_next = False  # a checkpoint's tensor sets were loaded: the next step samples each parameter
@@ -261,6 +262,7 @@ class Recorder(Bursts):
         if self._digest_due:
             self._digest_due = False
             self._handed_digest = (self.step, self._digest())
+            self._state_due = True  # a save handed to a thread is of this state, as one made on this thread
         self._end_step()  # a step whose optimizer.step() raised: booked without waiting for it
         if self.horizon is not None and self.horizon.due(self.step):
             faults.halt(self.writer, event="stop", flag=protocol.STOP_FLAG_PREFIX, step=self.step)
