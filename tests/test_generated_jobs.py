@@ -128,19 +128,33 @@ def test_the_judge_reads_the_saves_from_an_strace_record():
     assert (p.resumed, p.steps, p.saved, p.cannot_load, p.finished) == (6, [(7, "0.1")], [12], ["ckpt/x.pt"], False)
 
 
+SAMPLE = jobgen.every_value(jobgen.covering_array(0))
+"""Rows of the seed-0 covering array that hold every value of every dimension between them."""
+
+
+def test_the_ci_sample_holds_every_value_of_every_dimension():
+    rows = [jobgen.covering_array(0)[i] for i in SAMPLE]
+    assert {(n, r[n]) for r in rows for n in jobgen.DIMENSIONS} == {
+        (n, v) for n, values in jobgen.DIMENSIONS.items() for v in values}
+    assert len(SAMPLE) <= 8
+
+
 @pytest.mark.e2e
 @pytest.mark.skipif(shutil.which("strace") is None, reason="the judge needs strace")
-def test_one_generated_job_judged_and_run_through_chaosckpt(tmp_path):
-    """Row 0 of the seed-0 array under a kill mid-save: the judge and chaosckpt agree on the verdict and the outcome,
-    and chaosckpt passes nothing the judge fails."""
+@pytest.mark.parametrize("index", SAMPLE)
+def test_a_generated_job_judged_and_run_through_chaosckpt_agree(tmp_path, index):
+    """A row of the sample under a kill mid-save or a full disk (alternately): the judge and chaosckpt agree on the
+    verdict, the outcome, the step recovered, the steps lost and the causes, and chaosckpt passes nothing the judge
+    fails. Every row of the sample is one the bench's agreement run found in agreement (docs/truth-table.md)."""
     import agreement
-    row = jobgen.sample(1, 0)[0]
-    truth, _ = agreement.judge.judge(row, "kill", tmp_path / "judge")
-    got = agreement.chaosckpt(row, "kill", tmp_path / "chaosckpt")
     from dataclasses import asdict
-    agree = agreement.compare(asdict(truth), got, row)
-    assert not agreement.false_pass(asdict(truth), got)
-    assert agree["verdict"] and agree["outcome"], (asdict(truth), got)
+    row = jobgen.covering_array(0)[index]
+    fault = ("kill", "enospc")[SAMPLE.index(index) % 2]
+    truth, _ = agreement.judge.judge(row, fault, tmp_path / "judge")
+    got = agreement.chaosckpt(row, fault, tmp_path / "chaosckpt")
+    t = asdict(truth)
+    assert not agreement.false_pass(t, got), (t, got)
+    assert agreement.compare(t, got, row) == dict.fromkeys(agreement.ASPECTS, True), (t, got)
 
 
 def test_the_resume_s_first_batch_tells_steps_replayed_from_skipped():
@@ -196,3 +210,8 @@ def test_the_judge_names_causes_from_the_dimensions_and_what_the_experiment_show
     # which the load overwrites, is no cause
     assert judge.causes({**plain, "data": "workers", "rng": "none"}, diverged) == ["rng-not-restored"]
     assert judge.causes({**plain, "quirk": "step_before_load"}, diverged) == []
+    # a save that failed in a thread the training never heard of; a last save the exit stopped
+    assert judge.causes(plain, truth(fault="enospc", outcome="survived", reproduced=True,
+                                     save_failed_unnoticed=True)) == ["background-error-unobserved"]
+    assert judge.causes(plain, truth(outcome="last-good", recovered_step=8, reproduced=True,
+                                     final_save_lost=True)) == ["exit-with-save-in-flight"]

@@ -18,6 +18,8 @@ finished); the steps lost; whether every resumed step's loss equals the uninterr
 ``repr``); and the cause kinds the chosen dimensions imply for what the experiment showed (``expected_causes``).
 A job that survived a full disk passes only where the faulted save still completed: one whose saver thread died on
 the error while the training finished, none the wiser, lost a checkpoint it counts on (``save_failed_unnoticed``).
+A job whose uninterrupted run ends with its last checkpoint never landed (a daemon saver the exit stopped) fails
+whatever the fault did (``final_save_lost``).
 
 Power loss (a disk model computed from the strace record: what was not fsynced rolled back) is not here yet.
 
@@ -48,7 +50,7 @@ enospc: last-good or survived): the same bar, judged independently."""
 VOCABULARY = ("torn-checkpoint", "in-place-save", "rotation-before-complete", "resume-chose-incomplete",
               "resume-chose-older", "optimizer-not-restored", "scheduler-not-restored", "rng-not-restored",
               "epoch-order-differs", "epoch-order-replayed", "steps-replayed", "steps-skipped", "eval-mode-in-training",
-              "resumed-other-weights", "background-error-unobserved")
+              "resumed-other-weights", "background-error-unobserved", "exit-with-save-in-flight")
 """The cause kinds the judge predicts; chaosckpt's findings are compared on these only."""
 
 STEP = re.compile(r"^step (\d+) loss (\S+)(?: batch (\S+))?$")
@@ -199,6 +201,9 @@ class Truth:
     first_batch: Optional[str] = None
     """Where the resume's first batch stands in the uninterrupted run's (``data_position``): the experiment that
     tells steps replayed from steps skipped."""
+    final_save_lost: bool = False
+    """The uninterrupted run reached the end of its script, and its last checkpoint never landed (neither its
+    ``saved`` line nor a file of it that loads): the exit stopped a saver nobody waited for."""
     save_failed_unnoticed: bool = False
     """The job finished though the faulted save never completed (an error in a saver thread, which the training
     never saw): a checkpoint the job counts on is not there, and no line of the job says so."""
@@ -303,6 +308,8 @@ def causes(row: Dict[str, str], truth: Truth) -> List[str]:
             out.append("epoch-order-replayed")
     if truth.save_failed_unnoticed:
         out.append("background-error-unobserved")
+    if truth.final_save_lost:
+        out.append("exit-with-save-in-flight")
     resumed = bool(truth.recovered_step) and truth.outcome not in ("crashed", "survived")
     if resumed and row["quirk"] == "no_train_after_val":
         out.append("eval-mode-in-training")
@@ -326,20 +333,25 @@ def judge(row: Dict[str, str], fault: str, scratch: Path, save_number: int = 2,
                            f"{ref.stderr_tail}")
         return truth, reference
     save = saves[save_number - 1]
+    final = jobgen.STEPS - jobgen.STEPS % int(row["every"])
+    truth.final_save_lost = final not in ref.saved and final not in loadable(scratch / "reference").values()
     folder = fresh(scratch / fault, row)
     run_, truth.placement = faulted(folder, fault, save)
     truth.fault_step = run_.last_step
-    truth.completed = list(run_.saved)
-    truth.last_good = run_.saved[-1] if run_.saved else None
     truth.on_disk = loadable(folder)
+    # complete: the job said so, or its file is on disk and loads (a kill between the file's last byte and the line)
+    truth.completed = sorted(set(run_.saved) | {s for s in truth.on_disk.values() if s is not None})
+    truth.last_good = truth.completed[-1] if truth.completed else None
     held = truth.fault_step != save.step and row["saver"] == "sync"  # a saver thread's save lets training go on
     if fault != "step" and (save.step in run_.saved or truth.fault_step < save.step or held):
         truth.notes.append(f"the fault did not land inside the save of step {save.step} (last step {truth.fault_step},"
                            f" saved {run_.saved})")
     truth.fault_in_final_name = fault != "step" and not place(save)[0].endswith(".tmp")
-    if run_.finished and run_.returncode == 0:
+    if run_.finished:  # the end of its script: whatever its interpreter's shutdown then did to the exit status
+        if run_.returncode:
+            truth.notes.append(f"the faulted run finished, then exited with status {run_.returncode}")
         truth.outcome, truth.recovered_step = "survived", None  # nothing resumed: no steps lost to count
-        truth.save_failed_unnoticed = save.step not in run_.saved
+        truth.save_failed_unnoticed = save.step not in truth.completed
         resume = run_
         resumed_steps = []
     else:
@@ -375,7 +387,8 @@ def judge(row: Dict[str, str], fault: str, scratch: Path, save_number: int = 2,
         truth.first_divergent_step = bad[0] if bad else None
         if not contiguous:
             truth.notes.append(f"resumed steps {resumed_steps[0][0]}..{resumed_steps[-1][0]} not one run to the end")
-    passed = truth.outcome in ALLOWED[fault] and truth.reproduced is True and not truth.save_failed_unnoticed
+    passed = (truth.outcome in ALLOWED[fault] and truth.reproduced is True and not truth.save_failed_unnoticed
+              and not truth.final_save_lost)
     truth.verdict = "PASS" if passed else "FAIL"
     truth.expected_causes = causes(row, truth)
     truth.seconds = round(time.monotonic() - started, 1)
