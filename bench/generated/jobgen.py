@@ -236,7 +236,7 @@ SAVERS = {
     "sync": '''
 def checkpoint(state, step):
     save(state, step)
-    print(f"saved step {step}", flush=True)
+    say(f"saved step {step}")
 
 
 def finish():
@@ -253,7 +253,7 @@ def checkpoint(state, step):
 
     def work():
         save(snapshot, step)
-        print(f"saved step {step}", flush=True)
+        say(f"saved step {step}")
 
     pending = threading.Thread(target=work)
     pending.start()
@@ -269,7 +269,7 @@ def checkpoint(state, step):
 
     def work():
         save(snapshot, step)
-        print(f"saved step {step}", flush=True)
+        say(f"saved step {step}")
 
     threading.Thread(target=work, daemon=True).start()
 
@@ -297,7 +297,7 @@ def load():
         try:
             return torch.load(path, weights_only=False)
         except Exception as e:
-            print(f"cannot load {path}: {e}", flush=True)
+            say(f"cannot load {path}: {e}")
     return None
 ''',
     "newest_marker": '''
@@ -403,7 +403,7 @@ def script(row: Dict[str, str]) -> str:
         restore.append('torch.set_rng_state(ck["torch_rng"])')
     if row["rng"] == "all":
         restore.append('random.setstate(ck["py_rng"])')
-    restore.append('print(f"resumed from step {ck[\'saved_at\']}", flush=True)')
+    restore.append('say(f"resumed from step {ck[\'saved_at\']}")')
     restore.append('validate()')
     if quirk != "no_train_after_val":
         restore.append('model.train()')
@@ -425,6 +425,7 @@ import itertools
 import os
 import pathlib
 import random
+import sys
 import threading
 
 import torch
@@ -443,6 +444,12 @@ VY = VX[:, :2].sum(1, keepdim=True)
 model = nn.Sequential({layers})
 {"ema = copy.deepcopy(model)" + chr(10) if quirk == "ema_weights" else ""}opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
 sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=STEPS)
+
+
+def say(line):
+    """One line in one write: a saver thread's line never lands inside the training thread's."""
+    sys.stdout.write(line + "\\n")
+    sys.stdout.flush()
 
 
 def checkpoints():
@@ -477,7 +484,7 @@ while step < STEPS:
         opt.step()
 {ema_step}        sched.step()
         step += 1
-        print(f"step {{step}} loss {{loss.item()!r}} batch {{batch!r}}", flush=True)
+        say(f"step {{step}} loss {{loss.item()!r}} batch {{batch!r}}")
         if step % EVERY == 0:
             checkpoint({{{", ".join(state)}}}, step)
             validate()
@@ -485,7 +492,7 @@ while step < STEPS:
         if step >= STEPS:
             break
 finish()
-print("finished", flush=True)
+say("finished")
 '''
 
 
