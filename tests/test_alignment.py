@@ -211,6 +211,9 @@ def test_the_input_fingerprint_is_of_the_outermost_module_with_parameters_and_it
         assert consumed.take() == taken
         model(first)
         assert consumed.take() not in (None, taken)
+        with torch.no_grad():  # an evaluation pass is neither the step's input nor its fetch point
+            model(second)
+        assert consumed.take() is None and len(forwards) == 4
     finally:
         if consumed._finder is not None:
             consumed._finder.remove()

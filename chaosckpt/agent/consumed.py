@@ -60,6 +60,8 @@ class Consumed:
             self._finder.remove()
 
     def _keep(self, module: torch.nn.Module, args: Any, kwargs: Any) -> None:
+        if not torch.is_grad_enabled():  # an evaluation pass (a resume's validation): not the step's batch
+            return
         self._latest = _first_tensor(args, kwargs)
         self._on_forward()
 
