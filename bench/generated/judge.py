@@ -318,6 +318,24 @@ def causes(row: Dict[str, str], truth: Truth) -> List[str]:
     return sorted(set(out))
 
 
+def final_save_lost(row: Dict[str, str], scratch: Path, ref: Printed) -> bool:
+    """Whether the job's last checkpoint never landed (neither its ``saved`` line nor a file of it that loads) in the
+    uninterrupted run under strace, or, for a saver thread, in one more uninterrupted run without strace: a saver
+    nobody waits for races the interpreter's exit, and strace's slowing of the training thread lets it win more often
+    than it does in a run at full speed (chaosckpt's). Kept per job in ``scratch/plain``."""
+    final = jobgen.STEPS - jobgen.STEPS % int(row["every"])
+    if final not in ref.saved and final not in loadable(scratch / "reference").values():
+        return True
+    if row["saver"] == "sync":
+        return False
+    plain = scratch / "plain"
+    if not (plain / "train.py").is_file():
+        fresh(plain, row)
+        (plain / "printed.txt").write_text(json.dumps(asdict(run([sys.executable, "train.py"], plain))))
+    printed_plain = Printed(**json.loads((plain / "printed.txt").read_text()))
+    return final not in printed_plain.saved and final not in loadable(plain).values()
+
+
 def judge(row: Dict[str, str], fault: str, scratch: Path, save_number: int = 2,
           reference: Optional[Tuple[Printed, List[Save]]] = None) -> Tuple[Truth, Tuple[Printed, List[Save]]]:
     """The truth of one job under one fault at save ``save_number`` (1-based); the reference (record) is returned for
@@ -333,8 +351,7 @@ def judge(row: Dict[str, str], fault: str, scratch: Path, save_number: int = 2,
                            f"{ref.stderr_tail}")
         return truth, reference
     save = saves[save_number - 1]
-    final = jobgen.STEPS - jobgen.STEPS % int(row["every"])
-    truth.final_save_lost = final not in ref.saved and final not in loadable(scratch / "reference").values()
+    truth.final_save_lost = final_save_lost(row, scratch, ref)
     folder = fresh(scratch / fault, row)
     run_, truth.placement = faulted(folder, fault, save)
     truth.fault_step = run_.last_step
