@@ -2,6 +2,7 @@
 
     python bench/equivalence.py                        # every row of the verdict table (hours on 2 cores)
     python bench/equivalence.py --only sweep           # the rows whose job or scenario contains a word
+    python bench/equivalence.py --only async --again 8 # ten runs of each asynchronous row alone, besides the suite
     python bench/equivalence.py --markdown eq.md       # also write the Markdown table to a file
 
 The four ways, in one scratch project per row:
@@ -91,8 +92,9 @@ def chaosckpt(args: Sequence[str], cwd: Path) -> Optional[Dict]:
 
 
 def run_ways(job: Job, scenario: str, sweep: bool, scratch: Path,
-             ways: Sequence[str] = WAYS) -> Dict[str, Optional[Dict]]:
-    """The row's trial run each of ``ways`` (all of ``WAYS`` by default, in their order), in one scratch project."""
+             ways: Sequence[str] = WAYS, again: int = 0) -> Dict[str, Optional[Dict]]:
+    """The row's trial run each of ``ways`` (all of ``WAYS`` by default, in their order), in one scratch project;
+    ``again``: that many more runs with the cached reference, after the others."""
     folder = project(job, scratch / "project")
     run = ["run", "train.py", *verdict_table.scenario_args(scenario), "--timeout", "300",
            "--out", str(scratch / "results")]
@@ -107,6 +109,8 @@ def run_ways(job: Job, scenario: str, sweep: bool, scratch: Path,
         got["suite"] = chaosckpt(suite, folder)
     if "no-share" in ways:
         got["no-share"] = chaosckpt([*suite, "--no-share"], folder)
+    for n in range(again):
+        got[f"again {n + 1}"] = chaosckpt(run, folder)
     return got
 
 
@@ -125,6 +129,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="", help="run only rows whose job or scenario contains this text")
     parser.add_argument("--markdown", type=Path, help="also write the Markdown table to this file")
+    parser.add_argument("--again", type=int, default=0, metavar="N",
+                        help="N more runs of each row with the cached reference (--again 8: ten runs of its trial "
+                             "alone, with the suite's two besides)")
     args = parser.parse_args(argv)
     jobs = {**verdict_table.JOBS, **verdict_table.SWEEP_JOBS}
     table = [(*r[:4], False) for r in verdict_table.ROWS] + [(*r[:4], True) for r in verdict_table.SWEEP_ROWS]
@@ -137,13 +144,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     with tempfile.TemporaryDirectory(prefix="equivalence-") as tmp:
         for index, (key, scen, expected, sweep) in enumerate(rows):
             started = time.monotonic()
-            ok, what = judge(run_ways(jobs[key], scen, sweep, Path(tmp) / str(index)))
+            ok, what = judge(run_ways(jobs[key], scen, sweep, Path(tmp) / str(index), again=args.again))
             same += ok
             shown = verdict_table.shown(scen, sweep)
             lines.append(f"| {jobs[key].name} | {shown} | {expected} | {'yes' if ok else '**no**'} | {what} |")
             print(f"[{index + 1}/{len(rows)}] {jobs[key].name} x {shown}: {'same' if ok else 'DIFFERENT'} ({what}) "
                   f"in {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
-    lines += ["", f"{same} of {len(rows)} rows give one verdict in every way ({', '.join(WAYS)})."]
+    more = f", and {args.again} more runs with the cached reference" if args.again else ""
+    lines += ["", f"{same} of {len(rows)} rows give one verdict in every way ({', '.join(WAYS)}{more})."]
     print("\n".join(lines))
     if args.markdown:
         args.markdown.write_text("\n".join(lines) + "\n")
