@@ -94,17 +94,21 @@ def recovered(ctx: Context, ref: ProcessLog, armed: Armed, run: Faulted, resumed
 
 
 def _damage(ctx: Context, armed: Armed, run: Faulted, resumed: Resumed, measured: Measured) -> List[Finding]:
-    """What the fault did to the files the resume found, and a resume that did not resume (while a complete
-    checkpoint was left: one the job deleted explains a start from scratch)."""
+    """What the fault did to the files the resume found (the one it tripped over: its crash's, or the last it could
+    not load before going on), and a resume that did not resume (while a complete checkpoint was left: one the job
+    deleted explains a start from scratch, and one it tried and could not load shows it resuming)."""
     found = []
     left = [s for s in run.completed if s not in run.gone]
-    if measured.outcome == "scratch" and left and ctx.opts.resume_command == ctx.opts.command:
+    # a resume that could not load the struck file and went on from an older one, or from scratch, tripped over it
+    failed = [rel(e["path"], armed.work) for e in resumed.log.failed_loads() if isinstance(e.get("path"), str)]
+    if measured.outcome == "scratch" and left and not failed and ctx.opts.resume_command == ctx.opts.command:
         found.append(Finding(
             "resume-not-resuming",
             "the resume ran the training command unchanged and the job started from scratch: it may not be "
             "resuming at all; if it loads its checkpoint only when told (a --resume flag, a checkpoint path), "
             "give that with --resume-args, e.g. --resume-args=--resume"))
-    found += save_damage(ctx, run, armed, measured.outcome, measured.error_path)
+    tripped = measured.error_path or (failed[-1] if failed else None)
+    found += save_damage(ctx, run, armed, measured.outcome, tripped)
     found += checkpoint_findings(run, resumed.log, measured.error, armed.shown)
     found += torn_copies(run.fault, run.proc, resumed.log, armed.work, measured.error_path, measured.recovered_step)
     power_lost = armed.disk is not None and ctx.scenario.kind.needs_aftermath and run.completed
