@@ -2,7 +2,9 @@
 (``torch.save`` into a ``BytesIO``, then ``Path.write_bytes``): no temporary name, no fsync. Killed or out of disk
 in that file write, it leaves a torn ``last.pt`` that the resume fails to load. ``--robust`` writes the bytes to
 ``last.pt.tmp``, fsyncs it, renames it over ``last.pt`` and fsyncs the folder. It resumes from ``last.pt`` if
-present, restoring every random stream it draws from."""
+present, restoring every random stream it draws from. ``--fallback``: a ``last.pt`` that does not load is skipped
+(the error printed) and the job starts from scratch, as a resume that tries the newest file that loads does when
+there is no other."""
 
 import argparse
 import io
@@ -17,6 +19,7 @@ from torch.utils.data import DataLoader, TensorDataset
 p = argparse.ArgumentParser()
 p.add_argument("--epochs", type=int, default=3)
 p.add_argument("--robust", action="store_true", help="temporary file, fsync, rename, directory fsync")
+p.add_argument("--fallback", action="store_true", help="start from scratch when last.pt does not load")
 args = p.parse_args()
 
 
@@ -48,8 +51,15 @@ ckpt = Path("ckpt")
 ckpt.mkdir(exist_ok=True)
 last = ckpt / "last.pt"
 start = 0
+state = None
 if last.exists():
-    state = torch.load(last)
+    try:
+        state = torch.load(last)
+    except Exception as e:
+        if not args.fallback:
+            raise
+        print(f"cannot load {last}: {e}", flush=True)
+if state is not None:
     model.load_state_dict(state["model"])
     opt.load_state_dict(state["opt"])
     torch.set_rng_state(state["torch"])
