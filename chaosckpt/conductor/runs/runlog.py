@@ -143,33 +143,13 @@ def _process(events: List[Event]) -> ProcessLog:
     by_index: Dict[int, Save] = {}
     for e in events:
         kind = e["t"]
-        if kind == "hello":
+        if kind.startswith("save-") and kind != "save-handoff":
+            _on_save(log, by_index, e)
+        elif kind == "hello":
             log.hello = e
             log.rank = e.get("rank")
         elif kind == "step" and not e.get("skipped"):
             log.steps.append(e)
-        elif kind == "save-begin":
-            if e["save"] in by_index and by_index[e["save"]].unfinished:
-                continue  # its thread began it in the interpreter's shutdown, after the exit reported it unfinished
-            save = Save(index=e["save"], step=e["step"], path=e.get("path"), digest=e["digest"], ts=e["ts"],
-                        op=e.get("op"), rng=e.get("rng", {}), thread=e.get("thread"))
-            by_index[save.index] = save
-            log.saves.append(save)
-        elif kind == "save-end" and e["save"] in by_index:
-            save = by_index[e["save"]]
-            save.ok, save.bytes, save.writes, save.error = e["ok"], e["bytes"], e["writes"], e.get("error")
-            save.sizes = e.get("sizes", [])
-            save.content = e.get("content", [])
-            save.unfinished, save.waiting = bool(e.get("unfinished")), bool(e.get("waiting"))
-            save.ended_ts = e["ts"]
-        elif kind == "save-file" and e["save"] in by_index:
-            save = by_index[e["save"]]
-            save.files.append(e)
-            save.ends = e.get("ends") if len(save.files) == 1 else None  # a shared run rebuilds one-file checkpoints
-        elif kind == "save-thread" and e["save"] in by_index:
-            by_index[e["save"]].thread = e["thread"]
-        elif kind == "save-move" and e["save"] in by_index:
-            by_index[e["save"]].moves.append(e)
         elif kind == "load":
             log.loads.append(e)
         elif kind == "restore":
@@ -202,6 +182,35 @@ def _process(events: List[Event]) -> ProcessLog:
             if save.ok is None:  # a thread still inside it when the process exited: it never landed
                 save.ok, save.unfinished = False, True
     return log
+
+
+def _on_save(log: ProcessLog, by_index: Dict[int, Save], e: Event) -> None:
+    """One ``save-*`` event of a checkpoint (``by_index``: the process's checkpoints by their number)."""
+    kind = e["t"]
+    if kind == "save-begin":
+        if e["save"] in by_index and by_index[e["save"]].unfinished:
+            return  # its thread began it in the interpreter's shutdown, after the exit reported it unfinished
+        save = Save(index=e["save"], step=e["step"], path=e.get("path"), digest=e["digest"], ts=e["ts"],
+                    op=e.get("op"), rng=e.get("rng", {}), thread=e.get("thread"))
+        by_index[save.index] = save
+        log.saves.append(save)
+        return
+    save = by_index.get(e["save"])
+    if save is None:
+        return
+    if kind == "save-end":
+        save.ok, save.bytes, save.writes, save.error = e["ok"], e["bytes"], e["writes"], e.get("error")
+        save.sizes = e.get("sizes", [])
+        save.content = e.get("content", [])
+        save.unfinished, save.waiting = bool(e.get("unfinished")), bool(e.get("waiting"))
+        save.ended_ts = e["ts"]
+    elif kind == "save-file":
+        save.files.append(e)
+        save.ends = e.get("ends") if len(save.files) == 1 else None  # a shared run rebuilds one-file checkpoints
+    elif kind == "save-thread":
+        save.thread = e["thread"]
+    elif kind == "save-move":
+        save.moves.append(e)
 
 
 def _fold_helpers(processes: List[ProcessLog]) -> List[ProcessLog]:

@@ -38,14 +38,13 @@ class Faulted:
     gone: list = dataclasses.field(default_factory=list)
     """Those of them the job had deleted when the fault hit. The newest stays the last good: a job that deletes
     it before the next checkpoint is complete loses it to the fault (``rotation-before-complete``)."""
+    exit_crash: Optional[Finding] = None
+    """``crash-at-exit``: every process ended its script, then one was killed in the interpreter's shutdown (a
+    daemon saver thread still inside a native save when the interpreter exits: SIGABRT)."""
 
     @property
     def last_good(self) -> Optional[int]:
         return self.completed[-1].step if self.completed else None
-
-    exit_crash: Optional[Finding] = None
-    """``crash-at-exit``: every process ended its script, then one was killed in the interpreter's shutdown (a
-    daemon saver thread still inside a native save when the interpreter exits: SIGABRT)."""
 
     @property
     def carried_on(self) -> bool:

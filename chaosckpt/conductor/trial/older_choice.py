@@ -32,9 +32,11 @@ def step_loaded(run: Faulted, resume: RunLog) -> Optional[int]:
     """The step of the complete checkpoint whose files hold the one the resume last loaded before its first step:
     where it resumed from when its weights match no recorded state (it took another set of tensors from it)."""
     loaded = _loaded(resume)
+    if loaded is None:
+        return None
     held = [s.step for s in run.completed if s not in run.gone
             and any(loaded in (path, s.landing(path)) for path in s.paths())]
-    return held[-1] if loaded is not None and held else None
+    return held[-1] if held else None
 
 
 def passed_over(run: Faulted, resume: RunLog, recovered: int, work: Path) -> List[Finding]:

@@ -14,9 +14,9 @@ UNRESTORED: Tuple[FindingKind, ...] = ("optimizer-not-restored", "scheduler-not-
 """Finding kinds of the restored-state diff, each naming the ``part`` the resume did not restore."""
 
 DIVERGENCE_CAUSES: Tuple[FindingKind, ...] = (
-    "resumed-other-weights", "steps-skipped", "steps-replayed", *UNRESTORED, "eval-mode-in-training", "rng-not-restored", "rng-captured-early",
-    "rng-drawn-after-restore", "step-count-differs", "epoch-order-replayed", "epoch-order-differs", "sampler-overlap",
-    "sampler-missing")
+    "resumed-other-weights", "steps-skipped", "steps-replayed", *UNRESTORED, "eval-mode-in-training",
+    "rng-not-restored", "rng-captured-early", "rng-drawn-after-restore", "step-count-differs", "epoch-order-replayed",
+    "epoch-order-differs", "sampler-overlap", "sampler-missing")
 """Finding kinds that explain a divergence, in the order the headline prefers them."""
 
 UNSETTLING: Dict[FindingKind, Reason] = {"sweep-untried": "sweep-untried", "journal-refused": "journal-refused"}
