@@ -38,7 +38,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import jobgen
 
@@ -242,13 +242,23 @@ def fresh(folder: Path, row: Dict[str, str]) -> Path:
     return folder
 
 
-def record(folder: Path, every: int) -> Tuple[Printed, List[Save]]:
-    """The uninterrupted run under strace's record."""
+class Reference(NamedTuple):
+    """What the uninterrupted runs established, once per job: its printed lines, its saves in the strace record,
+    and whether its last checkpoint never lands (``final_save_lost``)."""
+    printed: Printed
+    saves: List[Save]
+    final_save_lost: bool
+
+
+def record(scratch: Path, row: Dict[str, str]) -> Reference:
+    """The uninterrupted run under strace's record, in ``scratch/reference``."""
+    folder = fresh(scratch / "reference", row)
     log = folder / "strace.log"
     p = run(["strace", "-f", "-qq", "-y", "-s", "96", "-o", str(log), "-e",
              "trace=write,openat,rename,renameat,renameat2,unlink,unlinkat,fsync,fdatasync",
              sys.executable, "train.py"], folder)
-    return p, saves_in_record(log.read_text(errors="replace"), (folder / "ckpt").resolve(), every)
+    saves = saves_in_record(log.read_text(errors="replace"), (folder / "ckpt").resolve(), int(row["every"]))
+    return Reference(p, saves, final_save_lost(row, scratch, p, saves))
 
 
 def faulted(folder: Path, fault: str, save: Save) -> Tuple[Printed, str]:
@@ -320,38 +330,33 @@ def causes(row: Dict[str, str], truth: Truth) -> List[str]:
 
 def final_save_lost(row: Dict[str, str], scratch: Path, ref: Printed, saves: List[Save]) -> bool:
     """Whether the job's last checkpoint never lands (neither its ``saved`` line nor a file of it that loads): in
-    the uninterrupted run under strace, or, for a saver thread, in one more uninterrupted run whose last save's
-    file is slowed to 0.3 s a write (strace ``inject=write:delay_enter``). A job that waits for its saves lands it
-    all the same; one whose saver nobody waits for exits first, as it does in any run where the save takes longer
-    than the rest of the script: the experiment asks that question, not which way one run's race fell. Kept per
-    job in ``scratch/slowed``."""
+    the uninterrupted run under strace, or, for a saver thread, in one more uninterrupted run (in ``scratch/slowed``)
+    whose last save's file is slowed to 0.3 s a write (strace ``inject=write:delay_enter``). A job that waits for its
+    saves lands it all the same; one whose saver nobody waits for exits first, as it does in any run where the save
+    takes longer than the rest of the script: the experiment asks that question, not which way one run's race
+    fell."""
     final = jobgen.STEPS - jobgen.STEPS % int(row["every"])
     if final not in ref.saved and final not in loadable(scratch / "reference").values():
         return True
     if row["saver"] == "sync" or not saves:
         return False
-    slowed = scratch / "slowed"
-    if not (slowed / "printed.json").is_file():
-        fresh(slowed, row)
-        # the last save's file, or (its line lost to the exit in the record) the name the save before it used,
-        # with its step's number in the last one's place
-        name = place(saves[-1])[0].replace(f"{saves[-1].step:06d}", f"{final:06d}")
-        target = slowed.resolve() / name
-        got = run(["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=write", "-e",
-                   "inject=write:delay_enter=300000", "-P", str(target), sys.executable, "train.py"], slowed)
-        (slowed / "printed.json").write_text(json.dumps(asdict(got)))
-    printed_slowed = Printed(**json.loads((slowed / "printed.json").read_text()))
-    return final not in printed_slowed.saved and final not in loadable(slowed).values()
+    slowed = fresh(scratch / "slowed", row)
+    # the last save's file, or (its line lost to the exit in the record) the name the save before it used, with
+    # its step's number in the last one's place
+    target = slowed.resolve() / place(saves[-1])[0].replace(f"{saves[-1].step:06d}", f"{final:06d}")
+    got = run(["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=write", "-e",
+               "inject=write:delay_enter=300000", "-P", str(target), sys.executable, "train.py"], slowed)
+    return final not in got.saved and final not in loadable(slowed).values()
 
 
 def judge(row: Dict[str, str], fault: str, scratch: Path, save_number: int = 2,
-          reference: Optional[Tuple[Printed, List[Save]]] = None) -> Tuple[Truth, Tuple[Printed, List[Save]]]:
+          reference: Optional[Reference] = None) -> Tuple[Truth, Reference]:
     """The truth of one job under one fault at save ``save_number`` (1-based); the reference (record) is returned for
     reuse by the job's other faults."""
     started = time.monotonic()
     if reference is None:
-        reference = record(fresh(scratch / "reference", row), int(row["every"]))
-    ref, saves = reference
+        reference = record(scratch, row)
+    ref, saves = reference.printed, reference.saves
     truth = Truth(jobgen.job_id(row), fault, save_number, "")
     if not ref.finished or len(saves) < save_number:
         truth.verdict = "ERROR"
@@ -359,7 +364,7 @@ def judge(row: Dict[str, str], fault: str, scratch: Path, save_number: int = 2,
                            f"{ref.stderr_tail}")
         return truth, reference
     save = saves[save_number - 1]
-    truth.final_save_lost = final_save_lost(row, scratch, ref, saves)
+    truth.final_save_lost = reference.final_save_lost
     folder = fresh(scratch / fault, row)
     run_, truth.placement = faulted(folder, fault, save)
     truth.fault_step = run_.last_step
